@@ -1,0 +1,211 @@
+"""Settings: one TOML file plus ``SECRETARY_*`` environment overrides, validated and frozen.
+
+Every option is documented in ``docs/configuration.md`` with an example. ``load_settings`` is the
+only entry point; errors name the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from secretary.errors import ConfigError
+
+ENV_PREFIX = "SECRETARY_"
+DEFAULT_DATA_DIR = Path("~/.local/share/memory-secretary")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DatabaseSettings(_Section):
+    # Empty means SQLite in the data directory.
+    url: str = ""
+
+
+class IndexSettings(_Section):
+    # Empty means an embedded Chroma (PersistentClient) under the data directory.
+    chroma_url: str = ""
+    embedder: Literal["onnx", "litellm"] = "onnx"
+    embedder_model: str = ""
+    embedder_api_base: str = ""
+    embedder_api_key: str = ""
+    # Memories embedded per outbox batch.
+    batch_size: int = Field(default=256, ge=1, le=10_000)
+
+
+class ApiKey(_Section):
+    key: str = Field(min_length=8)
+    namespaces: tuple[str, ...] = Field(min_length=1)
+    name: str = ""
+
+
+class ApiSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=1, le=65535)
+    # With no keys the API is open; it then still binds only the configured host.
+    keys: tuple[ApiKey, ...] = ()
+    max_k: int = Field(default=100, ge=1, le=1000)
+
+
+class IngestSettings(_Section):
+    max_content_chars: int = Field(default=8000, ge=1)
+    max_batch: int = Field(default=1000, ge=1)
+    max_tags: int = Field(default=32, ge=0)
+    max_tag_chars: int = Field(default=64, ge=1)
+    # Lines committed per transaction by `secretary ingest`.
+    commit_every: int = Field(default=1000, ge=1)
+
+
+class RetrievalSettings(_Section):
+    """Weights of the final score and the shape of the search; defaults come from bench/locomo."""
+
+    w_sim: float = Field(default=1.0, ge=0)
+    w_imp: float = Field(default=0.05, ge=0)
+    w_rec: float = Field(default=0.02, ge=0)
+    w_act: float = Field(default=0.3, ge=0)
+    # Importance decays with this half-life (lambda = ln 2 / half-life); 0 turns decay off.
+    half_life_days: float = Field(default=90.0, ge=0)
+    recency_half_life_days: float = Field(default=30.0, gt=0)
+    # Parts of the relevance score.
+    w_lexical: float = Field(default=0.45, ge=0)
+    w_dense: float = Field(default=0.35, ge=0)
+    w_context: float = Field(default=0.15, ge=0)
+    w_session: float = Field(default=0.25, ge=0)
+    w_period: float = Field(default=0.1, ge=0)
+    anchors: int = Field(default=50, ge=1, le=1000)
+    dense_candidates: int = Field(default=200, ge=1, le=5000)
+    lexical_candidates: int = Field(default=100, ge=1, le=5000)
+    spread_depth: int = Field(default=1, ge=0, le=4)
+    spread_fanout: int = Field(default=8, ge=0, le=100)
+    spread_decay: float = Field(default=0.4, ge=0, le=1)
+    spread_seeds: int = Field(default=30, ge=0, le=1000)
+    min_score: float = 0.0
+
+
+class ReinforcementSettings(_Section):
+    flush_seconds: float = Field(default=5.0, gt=0)
+    # base_importance grows by this per recall, never beyond +max_boost over its original value.
+    importance_step: float = Field(default=0.1, ge=0)
+    max_boost: float = Field(default=2.0, ge=0)
+
+
+class LlmSettings(_Section):
+    model: str = ""
+    api_base: str = ""
+    api_key: str = ""
+    timeout_seconds: float = Field(default=60.0, gt=0)
+
+
+class Settings(_Section):
+    data_dir: Path = Field(default=DEFAULT_DATA_DIR, validate_default=True)
+    database: DatabaseSettings = DatabaseSettings()
+    index: IndexSettings = IndexSettings()
+    api: ApiSettings = ApiSettings()
+    ingest: IngestSettings = IngestSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+    reinforcement: ReinforcementSettings = ReinforcementSettings()
+    llm: LlmSettings = LlmSettings()
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @model_validator(mode="after")
+    def _unique_keys(self) -> Settings:
+        keys = [k.key for k in self.api.keys]
+        if len(keys) != len(set(keys)):
+            raise ValueError("api.keys: the same key appears twice")
+        return self
+
+    @property
+    def database_url(self) -> str:
+        return self.database.url or f"sqlite:///{self.data_dir / 'secretary.db'}"
+
+    @property
+    def chroma_path(self) -> Path:
+        return self.data_dir / "chroma"
+
+    def redacted(self) -> dict[str, Any]:
+        """Return the effective settings as plain data with every secret replaced by ``***``."""
+        data = self.model_dump(mode="json")
+        for section, key in (("index", "embedder_api_key"), ("llm", "api_key")):
+            if data[section][key]:
+                data[section][key] = "***"
+        data["api"]["keys"] = [
+            {**k, "key": k["key"][:2] + "***"} for k in data["api"]["keys"]
+        ]
+        if "@" in data["database"]["url"]:
+            scheme, _, rest = data["database"]["url"].partition("://")
+            data["database"]["url"] = f"{scheme}://***@{rest.rpartition('@')[2]}"
+        return data
+
+
+def load_settings(
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    data_dir: Path | None = None,
+) -> Settings:
+    """Given an optional TOML file and the environment, return validated frozen settings.
+
+    ``path`` defaults to ``$SECRETARY_CONFIG``; ``data_dir`` (the CLI's ``--data-dir``) wins over
+    the file and ``$SECRETARY_DATA_DIR``. Raise ConfigError naming the key if anything is invalid.
+    """
+    env = os.environ if environ is None else environ
+    if path is None and env.get("SECRETARY_CONFIG"):
+        path = Path(env["SECRETARY_CONFIG"])
+    raw: dict[str, Any] = _read_toml(path) if path is not None else {}
+    _apply_env(raw, env)
+    if data_dir is not None:
+        raw["data_dir"] = str(data_dir)
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Overlay ``SECRETARY_SECTION_KEY=value`` (and ``SECRETARY_DATA_DIR``) onto the raw config."""
+    sections = {
+        name for name, field in Settings.model_fields.items() if name != "data_dir"
+    }
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name == "SECRETARY_CONFIG":
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        if rest == "data_dir":
+            raw["data_dir"] = value
+            continue
+        section, _, key = rest.partition("_")
+        if section in sections and key:
+            raw.setdefault(section, {})
+            if isinstance(raw[section], dict):
+                raw[section][key] = value
+
+
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    where = f" in {path}" if path else ""
+    lines = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        message = "unknown option" if error["type"] == "extra_forbidden" else error["msg"]
+        lines.append(f"config option '{key}'{where}: {message}")
+    return "\n".join(lines)

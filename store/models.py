@@ -1,0 +1,257 @@
+"""SQLAlchemy models: SQL is the truth; Chroma and the lexical index are derived from these rows.
+
+Every write goes through ``store.repository``, which also writes the maintenance record and the
+index outbox in the same transaction.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets 64-bit ids.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite stores them naive, as UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class MemoryStatus(enum.StrEnum):
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    MERGED = "merged"
+    ARCHIVED = "archived"
+
+
+class MemoryType(enum.StrEnum):
+    """Known types; the column accepts any short identifier so the set is extensible."""
+
+    EVENT = "event"
+    FACT = "fact"
+    PREFERENCE = "preference"
+    INTERACTION_SUMMARY = "interaction_summary"
+    TOOL_EXPERIENCE = "tool_experience"
+
+
+class RelationType(enum.StrEnum):
+    ASSOCIATIVE = "associative"
+    CAUSAL = "causal"
+    THEMATIC = "thematic"
+    TEMPORAL = "temporal"
+    CONTRADICTS = "contradicts"
+    DERIVED_FROM = "derived_from"
+
+
+class RecordStatus(enum.StrEnum):
+    PLANNED = "planned"
+    APPLIED = "applied"
+    FAILED = "failed"
+    REFUSED = "refused"
+    UNDONE = "undone"
+
+
+class Memory(Base):
+    __tablename__ = "memories"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    external_id: Mapped[str | None] = mapped_column(String(256))
+    content: Mapped[str] = mapped_column(Text)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(32), default=MemoryType.EVENT.value)
+    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    importance: Mapped[int] = mapped_column(Integer, default=5)
+    base_importance: Mapped[float] = mapped_column(Float, default=5.0)
+    access_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_accessed: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    event_time: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    session_id: Mapped[str | None] = mapped_column(String(256))
+    prev_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("memories.id", use_alter=True, ondelete="SET NULL")
+    )
+    next_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("memories.id", use_alter=True, ondelete="SET NULL")
+    )
+    status: Mapped[str] = mapped_column(String(16), default=MemoryStatus.ACTIVE.value)
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    source: Mapped[str] = mapped_column(String(64), default="api")
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __table_args__ = (
+        UniqueConstraint("namespace", "external_id", name="uq_memories_namespace_external_id"),
+        Index("ix_memories_timeline", "namespace", "event_time", "id"),
+        Index("ix_memories_hash", "namespace", "content_hash"),
+        Index("ix_memories_status", "namespace", "status"),
+        Index("ix_memories_session", "namespace", "session_id"),
+    )
+
+
+class MemoryRelation(Base):
+    __tablename__ = "memory_relations"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    source_id: Mapped[int] = mapped_column(Id, ForeignKey("memories.id", ondelete="CASCADE"))
+    target_id: Mapped[int] = mapped_column(Id, ForeignKey("memories.id", ondelete="CASCADE"))
+    type: Mapped[str] = mapped_column(String(32))
+    strength: Mapped[float] = mapped_column(Float, default=0.5)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("source_id", "target_id", "type", name="uq_relations_edge"),
+        Index("ix_relations_source", "source_id"),
+        Index("ix_relations_target", "target_id"),
+    )
+
+
+class ConversationLog(Base):
+    __tablename__ = "conversation_logs"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    session_id: Mapped[str] = mapped_column(String(256))
+    role: Mapped[str] = mapped_column(String(32))
+    content: Mapped[str] = mapped_column(Text)
+    timestamp: Mapped[datetime] = mapped_column(UTCDateTime)
+    pair_id: Mapped[str | None] = mapped_column(String(256))
+    idempotency_key: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("namespace", "idempotency_key", name="uq_logs_namespace_key"),
+        Index("ix_logs_session", "namespace", "session_id", "timestamp"),
+    )
+
+
+class MaintenanceRecord(Base):
+    """One job run (or ingest batch, or undo): what it did, with what, and how it ended."""
+
+    __tablename__ = "maintenance_records"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    job: Mapped[str] = mapped_column(String(64))
+    namespace: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    model: Mapped[str | None] = mapped_column(String(256))
+    prompts: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    tokens_in: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    cost: Mapped[float | None] = mapped_column(Float)
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+    # Undo links: an undo record points at what it undid, and the undone record back at it.
+    undoes_id: Mapped[int | None] = mapped_column(Id, ForeignKey("maintenance_records.id"))
+    undone_by_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("maintenance_records.id", use_alter=True)
+    )
+
+    __table_args__ = (Index("ix_records_namespace", "namespace", "started_at"),)
+
+
+class MaintenanceOperation(Base):
+    """One step of a record, with full before/after images so that undo needs nothing else."""
+
+    __tablename__ = "maintenance_operations"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    record_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("maintenance_records.id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    op: Mapped[str] = mapped_column(String(32))
+    target_kind: Mapped[str] = mapped_column(String(16))  # "memory" | "relation"
+    target_id: Mapped[int] = mapped_column(Id)
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    __table_args__ = (
+        UniqueConstraint("record_id", "seq", name="uq_operations_record_seq"),
+        Index("ix_operations_target", "target_kind", "target_id"),
+    )
+
+
+class IndexOutbox(Base):
+    """A change the vector index has not applied yet; deleted once Chroma has it."""
+
+    __tablename__ = "index_outbox"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(128))
+    memory_id: Mapped[int] = mapped_column(Id)
+    action: Mapped[str] = mapped_column(String(8))  # "upsert" | "delete"
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class NamespaceState(Base):
+    """Per-namespace revision counter; its row lock also serialises timeline inserts."""
+
+    __tablename__ = "namespace_state"
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class JobState(Base):
+    """Watermarks and other small state of the daemon's jobs, per job and namespace."""
+
+    __tablename__ = "job_state"
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,85 @@
+"""Settings: TOML plus environment overrides, validated, errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from secretary.config import Settings, load_settings
+from secretary.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "secretary.toml"
+    path.write_text(text)
+    return path
+
+
+def test_load_settings_no_file_gives_defaults() -> None:
+    settings = load_settings(None, {})
+    assert settings == Settings()
+    assert settings.api.host == "127.0.0.1"
+    assert settings.database_url.startswith("sqlite:///")
+
+
+def test_load_settings_example_file_matches_defaults() -> None:
+    example = load_settings(REPO / "docs" / "secretary.example.toml", {})
+    assert example == Settings()
+
+
+def test_load_settings_env_overrides_file(tmp_path: Path) -> None:
+    path = write(tmp_path, '[llm]\nmodel = "openai/a"\n[api]\nport = 9000\n')
+    settings = load_settings(
+        path, {"SECRETARY_LLM_MODEL": "openai/b", "SECRETARY_DATA_DIR": str(tmp_path)}
+    )
+    assert settings.llm.model == "openai/b"
+    assert settings.api.port == 9000
+    assert settings.data_dir == tmp_path
+
+
+def test_load_settings_config_from_environment_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, "[api]\nport = 9001\n")
+    assert load_settings(None, {"SECRETARY_CONFIG": str(path)}).api.port == 9001
+
+
+def test_load_settings_data_dir_argument_wins(tmp_path: Path) -> None:
+    settings = load_settings(None, {"SECRETARY_DATA_DIR": "/elsewhere"}, data_dir=tmp_path)
+    assert settings.data_dir == tmp_path
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "message"),
+    [
+        ("[api]\nprot = 1\n", {}, "config option 'api.prot'.*unknown option"),
+        ("[api]\nport = 0\n", {}, "config option 'api.port'"),
+        ("", {"SECRETARY_API_PORT": "http"}, "config option 'api.port'"),
+        ("[retrieval]\nw_sim = -1\n", {}, "config option 'retrieval.w_sim'"),
+        ("[api\n", {}, "not valid TOML"),
+        ('[[api.keys]]\nkey = "short"\nnamespaces = ["a"]\n', {}, "api.keys.0.key"),
+    ],
+)
+def test_load_settings_invalid_raises_naming_key(
+    tmp_path: Path, text: str, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(write(tmp_path, text), env)
+
+
+def test_load_settings_missing_file_raises(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml", {})
+
+
+def test_redacted_hides_secrets(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[llm]\napi_key = "sk-secret"\n[database]\nurl = "postgresql://u:pw@h/db"\n'
+        '[[api.keys]]\nkey = "abcdefghijkl"\nnamespaces = ["a"]\n',
+    )
+    shown = str(load_settings(path, {}).redacted())
+    assert "sk-secret" not in shown
+    assert "pw" not in shown
+    assert "abcdefghijkl" not in shown
