@@ -11,10 +11,16 @@ def utc_now() -> datetime:
 
 
 def ensure_utc(value: datetime) -> datetime:
-    """Given a datetime, return it in UTC; a naive value is taken to be UTC already."""
+    """Given a datetime, return it in UTC; a naive value is taken to be UTC already.
+
+    Raise ValueError if the instant is outside the range datetime can hold in UTC.
+    """
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{value.isoformat()} is out of range in UTC") from None
 
 
 def parse_timestamp(text: str) -> datetime:

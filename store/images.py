@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.orm import Mapper
 
 from secretary.clock import parse_timestamp
 from store.models import Memory, MemoryRelation
@@ -19,7 +20,7 @@ CONTENT_FIELDS = frozenset(
 
 def _column_keys(model: type[Memory] | type[MemoryRelation]) -> list[tuple[str, str]]:
     """Return (attribute, column name) pairs of a model, in table order."""
-    mapper = sa_inspect(model)
+    mapper: Mapper[Any] = sa_inspect(model)
     return [(attr.key, attr.columns[0].name) for attr in mapper.column_attrs]
 
 

@@ -1,4 +1,4 @@
-"""The repository: every write to the store goes through here, with its record, in one transaction."""
+"""The repository: every write to the store goes through here, with its record, in one go."""
 
 from __future__ import annotations
 
@@ -170,14 +170,14 @@ class Repository:
             found.update({("ext", ext): mid for ext, mid in rows})
         hashes = sorted({content_hash(item.content) for item in items if not item.external_id})
         for chunk in _chunks(hashes):
-            rows = session.execute(
+            matches = session.execute(
                 select(Memory.content_hash, Memory.session_id, Memory.event_time, Memory.id).where(
                     Memory.namespace == namespace,
                     Memory.content_hash.in_(chunk),
                     Memory.external_id.is_(None),
                 )
             )
-            for digest, session_id, event_time, mid in rows:
+            for digest, session_id, event_time, mid in matches:
                 found.setdefault(("hash", digest, session_id, None), mid)
                 found.setdefault(("hash", digest, session_id, event_time), mid)
         return found
@@ -266,10 +266,14 @@ class Repository:
                         MemoryRelation.strength,
                     ).where(
                         MemoryRelation.namespace == namespace,
-                        or_(MemoryRelation.source_id.in_(chunk), MemoryRelation.target_id.in_(chunk)),
+                        or_(
+                            MemoryRelation.source_id.in_(chunk), MemoryRelation.target_id.in_(chunk)
+                        ),
                     )
                 )
-                out.extend(Edge(source_id=s, target_id=t, type=ty, strength=st) for s, t, ty, st in rows)
+                out.extend(
+                    Edge(source_id=s, target_id=t, type=ty, strength=st) for s, t, ty, st in rows
+                )
         out.sort(key=lambda edge: -edge.strength)
         return out
 
@@ -287,7 +291,9 @@ class Repository:
     ) -> int:
         """Create a relation between two memories of the namespace; return its id."""
         with self.changing(namespace, job, now) as (session, changes):
-            if len(self._memories(session, namespace, [source_id, target_id])) != len({source_id, target_id}):
+            if len(self._memories(session, namespace, [source_id, target_id])) != len(
+                {source_id, target_id}
+            ):
                 raise NotFound("memory pair", (source_id, target_id))
             relation = MemoryRelation(
                 namespace=namespace,
@@ -314,7 +320,9 @@ class Repository:
 
     def namespaces(self) -> list[str]:
         with self.reading() as session:
-            return list(session.scalars(select(Memory.namespace).distinct().order_by(Memory.namespace)))
+            return list(
+                session.scalars(select(Memory.namespace).distinct().order_by(Memory.namespace))
+            )
 
     def lexical_rows(self, namespace: str, *, after_id: int = 0) -> list[LexicalRow]:
         """Return the active memories with id > ``after_id``, for the lexical index."""
@@ -329,7 +337,8 @@ class Repository:
                 .order_by(Memory.id)
             )
             return [
-                LexicalRow(memory_id=i, content=c, event_time=t, session_id=s) for i, c, t, s in rows
+                LexicalRow(memory_id=i, content=c, event_time=t, session_id=s)
+                for i, c, t, s in rows
             ]
 
     # -- reinforcement -------------------------------------------------------------------------
@@ -345,13 +354,17 @@ class Repository:
         for memory_id, count in counts.items():
             by_count.setdefault(count, []).append(memory_id)
         least, greatest = (
-            (func.min, func.max) if self.engine.dialect.name == "sqlite" else (func.least, func.greatest)
+            (func.min, func.max)
+            if self.engine.dialect.name == "sqlite"
+            else (func.least, func.greatest)
         )
         # Never above the cap, and never lowered by a recall if it already was above it.
         cap = least(10.0, Memory.importance + max_boost)
         with transaction(self._write) as session:
             for count, ids in sorted(by_count.items()):
-                nudged = least(Memory.base_importance + step * count, greatest(cap, Memory.base_importance))
+                nudged = least(
+                    Memory.base_importance + step * count, greatest(cap, Memory.base_importance)
+                )
                 for chunk in _chunks(sorted(ids)):
                     session.execute(
                         update(Memory)
@@ -404,9 +417,7 @@ class Repository:
 
     # -- records -------------------------------------------------------------------------------
 
-    def records(
-        self, namespace: str | None = None, *, limit: int = 100
-    ) -> list[MaintenanceRecord]:
+    def records(self, namespace: str | None = None, *, limit: int = 100) -> list[MaintenanceRecord]:
         with self.reading() as session:
             query = select(MaintenanceRecord).order_by(MaintenanceRecord.id.desc()).limit(limit)
             if namespace is not None:
@@ -525,12 +536,16 @@ class Repository:
         relations = [dict(i) for i in images if i.get("kind") == "relation"]
         wrong = {i.get("namespace") for i in memories + relations} - {namespace}
         if wrong:
-            raise ValidationFailed([("export", f"lines of namespace {sorted(map(str, wrong))[0]!r}")])
+            raise ValidationFailed(
+                [("export", f"lines of namespace {sorted(map(str, wrong))[0]!r}")]
+            )
         with self.changing(namespace, "restore", now) as (session, changes):
             created = self._restore_memories(session, changes, memories)
             self._restore_relations(session, changes, relations)
             record_id = changes.record.id
-        return AddResult(ids=tuple(int(m["id"]) for m in memories), created=tuple(created), record_id=record_id)
+        return AddResult(
+            ids=tuple(int(m["id"]) for m in memories), created=tuple(created), record_id=record_id
+        )
 
     def _restore_memories(
         self, session: Session, changes: ChangeSet, memories: list[dict[str, Any]]
@@ -543,7 +558,9 @@ class Repository:
             current = session.get(Memory, values["id"])
             if current is not None:
                 if memory_image(current) != image:
-                    raise ValidationFailed([(f"memory {values['id']}", "id is taken by a different memory")])
+                    raise ValidationFailed(
+                        [(f"memory {values['id']}", "id is taken by a different memory")]
+                    )
                 continue
             links = {"prev_id": values.pop("prev_id"), "next_id": values.pop("next_id")}
             memory = Memory(**values)
@@ -606,5 +623,3 @@ def _new_memory(namespace: str, item: MemoryIn, *, now: datetime, source: str) -
         metadata_=dict(item.metadata),
         version=1,
     )
-
-

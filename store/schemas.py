@@ -85,6 +85,11 @@ class LogIn(BaseModel):
 
 def _limit_problems(item: MemoryIn | LogIn, limits: Limits) -> list[str]:
     problems = []
+    # PostgreSQL text cannot hold NUL; refuse it everywhere so both backends agree.
+    texts = [value for value in item.model_dump().values() if isinstance(value, str)]
+    texts += list(getattr(item, "tags", ()))
+    if any("\x00" in text for text in texts):
+        problems.append("a text field contains a NUL character")
     if len(item.content) > limits.max_content_chars:
         problems.append(
             f"content has {len(item.content)} characters, more than the limit of "

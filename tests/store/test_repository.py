@@ -21,7 +21,9 @@ DAY = timedelta(days=1)
 def timeline(repo: Repository, namespace: str) -> list[int]:
     """Walk the timeline from its head through next_id and check prev_id on the way back."""
     with repo.reading() as session:
-        rows = {m.id: m for m in session.scalars(select(Memory).where(Memory.namespace == namespace))}
+        rows = {
+            m.id: m for m in session.scalars(select(Memory).where(Memory.namespace == namespace))
+        }
     heads = [m for m in rows.values() if m.prev_id is None]
     assert len(heads) <= 1, "a timeline has exactly one head"
     order: list[int] = []
@@ -125,7 +127,8 @@ def test_add_memories_writes_record_with_images_and_outbox(repo: Repository) -> 
     kinds = [(op.op, op.target_id) for op in operations]
     assert kinds == [("create_memory", second.ids[0]), ("update_memory", first.ids[0])]
     update = operations[1]
-    assert update.before is not None and update.after is not None
+    assert update.before is not None
+    assert update.after is not None
     assert update.before["prev_id"] is None
     assert update.after["prev_id"] == second.ids[0]
     with repo.reading() as session:
@@ -154,7 +157,8 @@ def test_reinforce_counts_and_bounds_base_importance(repo: Repository) -> None:
     later = NOW + DAY
     repo.reinforce({a: 30, b: 1}, now=later, step=0.1, max_boost=2.0)
     memory_a, memory_b = repo.get_memory("ns", a), repo.get_memory("ns", b)
-    assert memory_a is not None and memory_b is not None
+    assert memory_a is not None
+    assert memory_b is not None
     assert memory_a.access_count == 30
     assert memory_a.base_importance == pytest.approx(10.0)  # capped at 10
     assert memory_b.base_importance == pytest.approx(5.1)
@@ -181,7 +185,9 @@ def test_export_is_deterministic_and_restores_into_empty_store(
     assert list(repo.export("ns")) == exported
 
 
-def test_restore_into_fresh_database_reproduces_export(repo: Repository, sqlite_repo: Repository) -> None:
+def test_restore_into_fresh_database_reproduces_export(
+    repo: Repository, sqlite_repo: Repository
+) -> None:
     repo.add_memories("ns", [mem("a", NOW), mem("b", NOW + DAY), mem("c", NOW - DAY)], now=NOW)
     repo.add_relation("ns", 1, 3, "thematic", strength=0.3, now=NOW, job="test")
     exported = list(repo.export("ns"))
@@ -199,7 +205,9 @@ def test_restore_other_namespace_rejected(repo: Repository) -> None:
 def test_add_logs_idempotent_by_key(repo: Repository) -> None:
     logs = [
         LogIn(session_id="s", role="user", content="hi", timestamp=NOW),
-        LogIn(session_id="s", role="assistant", content="hello", timestamp=NOW, idempotency_key="k2"),
+        LogIn(
+            session_id="s", role="assistant", content="hello", timestamp=NOW, idempotency_key="k2"
+        ),
     ]
     first = repo.add_logs("ns", logs, now=NOW)
     second = repo.add_logs("ns", logs, now=NOW)

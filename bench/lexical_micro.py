@@ -1,0 +1,148 @@
+"""Micro-benchmark of store.lexical: build time, search latency and memory at 100k memories.
+
+Run: python bench/lexical_micro.py [--docs 100000] [--words 20] [--session-size 20]
+Documents are synthetic: a date prefix plus words drawn from a Zipf(1.1) distribution over a
+50k-word vocabulary, so query terms have realistic posting-list lengths. Prints results only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import resource
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from store.lexical import LexDoc, LexicalCache, LexicalIndex, LexicalView
+
+VOCAB = 50_000
+
+
+def _rss_mib() -> float:
+    """Current resident set size (Linux /proc), else the peak from getrusage."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _words(rng: random.Random, n: int) -> list[str]:
+    weights = [1 / (rank**1.1) for rank in range(1, VOCAB + 1)]
+    return [f"w{i}" for i in rng.choices(range(VOCAB), weights=weights, k=n)]
+
+
+def _docs(n: int, words: int, session_size: int, start_id: int = 1) -> list[LexDoc]:
+    rng = random.Random(start_id)
+    pool = _words(rng, n * words)
+    docs = []
+    for i in range(n):
+        date = f"2023-{1 + i % 12:02d}-{1 + i % 28:02d}"
+        text = " ".join(pool[i * words : (i + 1) * words])
+        session = f"s{(start_id + i) // session_size}"
+        docs.append(LexDoc(memory_id=start_id + i, text=f"{date} {text}", session_key=session))
+    return docs
+
+
+def _queries(n: int) -> list[str]:
+    rng = random.Random(42)
+    return [" ".join(_words(rng, rng.randint(3, 8))) for _ in range(n)]
+
+
+def _latency_ms(fn: Callable[[str, int], object], queries: list[str]) -> tuple[float, float]:
+    times = []
+    for query in queries:
+        start = time.perf_counter()
+        fn(query, 100)
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.95)]
+
+
+def _report_latency(label: str, view: LexicalIndex | LexicalView, queries: list[str]) -> None:
+    for name, fn in (("search", view.search), ("search_sessions", view.search_sessions)):
+        med, p95 = _latency_ms(fn, queries)
+        print(f"  {label:<28} {name:<16} k=100  median {med:6.2f} ms   p95 {p95:6.2f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=100_000)
+    parser.add_argument("--words", type=int, default=20)
+    parser.add_argument("--session-size", type=int, default=20)
+    parser.add_argument("--max-tail", type=int, default=2000)
+    args = parser.parse_args()
+
+    docs = _docs(args.docs, args.words, args.session_size)
+    queries = _queries(300)
+    gc.collect()
+    rss_before = _rss_mib()
+    start = time.perf_counter()
+    index = LexicalIndex.build(docs)
+    build_s = time.perf_counter() - start
+    gc.collect()
+    print(f"docs={args.docs} words/doc={args.words} sessions={args.docs // args.session_size}")
+    print(f"build (tokenise + memory and session indexes): {build_s:.2f} s")
+    print(f"index memory (RSS growth after build): {_rss_mib() - rss_before:.0f} MiB")
+    _report_latency("base only", index, queries)
+    del index
+    gc.collect()
+
+    cache = LexicalCache(max_tail=args.max_tail)
+    store = list(docs)
+    revision = 0
+
+    def get() -> LexicalView:
+        return cache.get(
+            "ns",
+            revision,
+            lambda: list(store),
+            lambda after: store[max(after, 0) :],  # ids are 1..n in order: a cheap slice
+        )
+
+    def timed_get() -> float:
+        start = time.perf_counter()
+        get()
+        return (time.perf_counter() - start) * 1000
+
+    get()
+    print(f"cache hit (same revision): {timed_get():.3f} ms")
+    revision += 1
+    print(f"revision changed, nothing new (cheap path): {timed_get():.3f} ms")
+    for tail in (1, 2, args.max_tail // 2, args.max_tail):
+        missing = tail - (len(store) - args.docs)
+        store.extend(_docs(missing, args.words, args.session_size, len(store) + 1))
+        revision += 1
+        print(f"refresh with tail of {tail:>5} docs: {timed_get():7.1f} ms")
+    _report_latency(f"base + tail of {args.max_tail}", get(), queries)
+    store.extend(_docs(1, args.words, args.session_size, len(store) + 1))
+    revision += 1
+    print(f"tail overflow -> synchronous base rebuild: {timed_get() / 1000:.2f} s")
+    cache.invalidate("ns")
+    gc.collect()
+    _report_traced(docs)
+
+
+def _report_traced(docs: list[LexDoc]) -> None:
+    """Python + numpy heap the index keeps, and the peak while building (tracemalloc)."""
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    index = LexicalIndex.build(docs)
+    gc.collect()
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"index heap kept: {(kept - before) / 2**20:.0f} MiB, build peak: {peak / 2**20:.0f} MiB")
+    del index
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""Tests for store.embedder: offline MiniLM parity and the litellm-backed embedder."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from store import embedder as embedder_module
+from store.embedder import (
+    Embedder,
+    EmbedderError,
+    LiteLLMEmbedder,
+    OnnxMiniLMEmbedder,
+    make_embedder,
+)
+from tests.helpers.openai_server import (
+    EMBEDDINGS,
+    ScriptedOpenAIServer,
+    ScriptedReply,
+    embeddings_body,
+    scripted_vector,
+)
+
+REFERENCE_PATH = (
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "minilm-reference.json"
+)
+REMOTE_MODEL = "openai/text-embedding-3-small"
+
+
+# -- fixtures ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def onnx_embedder() -> OnnxMiniLMEmbedder:
+    """One loaded model for the module (loading takes ~0.3 s)."""
+    return OnnxMiniLMEmbedder(batch_size=4, threads=2)
+
+
+@pytest.fixture
+def litellm_fail_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the openai client inside litellm give up at once (it retries twice by default)."""
+    litellm = embedder_module._import_litellm()
+    monkeypatch.setattr(litellm, "DEFAULT_MAX_RETRIES", 0)
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(embedding_dim=12) as running:
+        yield running
+
+
+def _cosines(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Row-wise cosine similarity."""
+    return np.asarray((a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- OnnxMiniLMEmbedder -----------------------------------------------------
+
+
+def test_onnx_embedder_reference_texts_match_sentence_transformers(
+    onnx_embedder: OnnxMiniLMEmbedder, record_property: Any
+) -> None:
+    if not REFERENCE_PATH.is_file():
+        pytest.skip(f"reference embeddings not found at {REFERENCE_PATH.resolve()}")
+    items = json.loads(REFERENCE_PATH.read_text(encoding="utf-8"))["items"]
+    expected = np.asarray([item["embedding"] for item in items], dtype=np.float32)
+
+    got = onnx_embedder.embed([item["text"] for item in items])
+
+    cosines = _cosines(got, expected)
+    mean, worst = float(cosines.mean()), float(cosines.min())
+    record_property("mean_cosine", mean)
+    record_property("min_cosine", worst)
+    print(f"MiniLM parity over {len(items)} texts: mean cosine {mean:.6f}, min {worst:.6f}")
+    assert got.shape == expected.shape
+    assert mean >= 0.999, f"mean cosine {mean:.6f} (min {worst:.6f})"
+    # int8 weights cost most on the shortest inputs (e.g. ""); a floor catches a broken pipeline.
+    assert worst >= 0.99, f"min cosine {worst:.6f} (mean {mean:.6f})"
+
+
+def test_onnx_embedder_any_texts_rows_unit_norm_float32(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    vectors = onnx_embedder.embed(["hello", "", "Ein ganz anderer Satz über Katzen.", "🙂 " * 40])
+
+    assert vectors.dtype == np.float32
+    assert vectors.shape == (4, onnx_embedder.dim) == (4, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_onnx_embedder_empty_input_returns_zero_rows(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    vectors = onnx_embedder.embed([])
+
+    assert vectors.shape == (0, 384)
+    assert vectors.dtype == np.float32
+
+
+def test_onnx_embedder_mixed_lengths_in_one_call_keep_input_order(
+    onnx_embedder: OnnxMiniLMEmbedder,
+) -> None:
+    # Lengths interleaved so the length sort reorders across several batches of 4.
+    texts = [
+        "word " * 120,
+        "short",
+        "A medium sentence about the weather in Lisbon this week.",
+        "",
+        "x",
+        "The quick brown fox jumps over the lazy dog. " * 5,
+        "Caroline adopted a dog.",
+        "long " * 60 + "ending",
+        "Tea?",
+    ]
+
+    batched = onnx_embedder.embed(texts)
+    one_by_one = np.vstack([onnx_embedder.embed([text]) for text in texts])
+
+    assert np.all(_cosines(batched, one_by_one) > 0.9999)
+
+
+def test_onnx_embedder_text_over_256_tokens_truncated_without_error(
+    onnx_embedder: OnnxMiniLMEmbedder,
+) -> None:
+    head = "memory " * 300  # ~300 tokens: everything after token 254 is cut
+    vectors = onnx_embedder.embed([head + "completely different tail about volcanoes", head])
+
+    assert vectors.shape == (2, 384)
+    assert np.all(np.isfinite(vectors))
+    # Same first 256 tokens -> same vector: the tail was truncated away.
+    assert float(_cosines(vectors[:1], vectors[1:])[0]) > 0.9999
+
+
+def test_onnx_embedder_pinned_hash_mismatch_raises_embedder_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wrong = "0" * 64
+    monkeypatch.setattr(embedder_module, "MODEL_SHA256", wrong)
+
+    with pytest.raises(EmbedderError) as caught:
+        OnnxMiniLMEmbedder(threads=1).embed(["anything"])
+
+    message = str(caught.value)
+    assert "model.onnx" in message
+    assert wrong in message
+    assert "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6" in message
+
+
+def test_onnx_embedder_construction_does_not_load_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object) -> None:
+        raise AssertionError("model loaded at construction")
+
+    monkeypatch.setattr(embedder_module, "_load_session", refuse)
+
+    embedder = OnnxMiniLMEmbedder()
+
+    assert embedder.dim == 384
+    assert embedder.model_id == "onnx:all-MiniLM-L6-v2-int8:8199be6f699a"
+    assert isinstance(embedder, Embedder)
+
+
+def test_onnx_embedder_bare_string_raises_type_error(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    with pytest.raises(TypeError):
+        onnx_embedder.embed("not a list")
+
+
+@pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"threads": 0}])
+def test_onnx_embedder_nonpositive_settings_raise_value_error(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="must be >= 1"):
+        OnnxMiniLMEmbedder(**kwargs)
+
+
+# -- make_embedder ----------------------------------------------------------
+
+
+def test_make_embedder_default_provider_returns_offline_onnx() -> None:
+    embedder = make_embedder()
+
+    assert isinstance(embedder, OnnxMiniLMEmbedder)
+
+
+def test_make_embedder_unknown_provider_raises_embedder_error() -> None:
+    with pytest.raises(EmbedderError, match=r"'sbert'.*onnx.*litellm"):
+        make_embedder(provider="sbert")
+
+
+def test_make_embedder_onnx_with_other_model_raises_embedder_error() -> None:
+    with pytest.raises(EmbedderError, match="all-MiniLM-L6-v2"):
+        make_embedder(provider="onnx", model="bge-small")
+
+
+def test_make_embedder_litellm_without_model_raises_embedder_error() -> None:
+    with pytest.raises(EmbedderError, match="needs a model"):
+        make_embedder(provider="litellm")
+
+
+def test_make_embedder_litellm_with_model_returns_litellm_embedder() -> None:
+    embedder = make_embedder(
+        provider="litellm", model=REMOTE_MODEL, api_base="http://127.0.0.1:1/v1"
+    )
+
+    assert isinstance(embedder, LiteLLMEmbedder)
+    assert embedder.model_id == f"litellm:{REMOTE_MODEL}"
+
+
+# -- LiteLLMEmbedder --------------------------------------------------------
+
+
+@pytest.mark.usefixtures("litellm_fail_fast")
+def test_litellm_embedder_scripted_server_returns_unit_vectors_of_scripted_dim(
+    server: ScriptedOpenAIServer,
+) -> None:
+    texts = ["first text", "second, longer text", "third"]
+    embedder = LiteLLMEmbedder(model=REMOTE_MODEL, api_base=server.api_base, api_key="x", timeout=5)
+
+    vectors = embedder.embed(texts)
+
+    assert vectors.shape == (3, 12)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    expected = np.asarray([scripted_vector(text, 12) for text in texts])
+    assert np.all(_cosines(vectors, expected) > 0.99999)
+    assert embedder.dim == 12
+    assert [request.path for request in server.requests] == ["/v1/embeddings"]
+    assert server.requests[0].body["input"] == texts
+
+
+@pytest.mark.usefixtures("litellm_fail_fast")
+def test_litellm_embedder_api_base_without_v1_hits_bare_embeddings_path(
+    server: ScriptedOpenAIServer,
+) -> None:
+    embedder = LiteLLMEmbedder(model=REMOTE_MODEL, api_base=server.url, api_key="x", timeout=5)
+
+    assert embedder.embed(["hello"]).shape == (1, 12)
+    assert server.requests[0].path == "/embeddings"
+
+
+@pytest.mark.usefixtures("litellm_fail_fast")
+def test_litellm_embedder_unknown_dim_probes_server_once(server: ScriptedOpenAIServer) -> None:
+    embedder = LiteLLMEmbedder(model=REMOTE_MODEL, api_base=server.api_base, api_key="x", timeout=5)
+
+    assert embedder.dim == 12
+    assert embedder.embed([]).shape == (0, 12)
+    assert len(server.requests) == 1
+    assert server.requests[0].body["input"] == ["dimension probe"]
+
+
+@pytest.mark.usefixtures("litellm_fail_fast")
+def test_litellm_embedder_server_500_raises_embedder_error(server: ScriptedOpenAIServer) -> None:
+    server.enqueue(EMBEDDINGS, ScriptedReply(status=500, body={"error": {"message": "boom"}}))
+    embedder = LiteLLMEmbedder(model=REMOTE_MODEL, api_base=server.api_base, api_key="x", timeout=5)
+
+    with pytest.raises(EmbedderError) as caught:
+        embedder.embed(["hello"])
+
+    assert REMOTE_MODEL in str(caught.value)
+    assert server.api_base in str(caught.value)
+
+
+@pytest.mark.usefixtures("litellm_fail_fast")
+def test_litellm_embedder_closed_port_raises_embedder_error() -> None:
+    api_base = f"http://127.0.0.1:{_closed_port()}/v1"
+    embedder = LiteLLMEmbedder(model=REMOTE_MODEL, api_base=api_base, api_key="x", timeout=2)
+
+    with pytest.raises(EmbedderError, match=api_base):
+        embedder.embed(["hello"])
+
+
+@pytest.mark.usefixtures("litellm_fail_fast")
+def test_litellm_embedder_slow_server_raises_embedder_error(server: ScriptedOpenAIServer) -> None:
+    server.enqueue(EMBEDDINGS, ScriptedReply(delay=1.5))
+    embedder = LiteLLMEmbedder(
+        model=REMOTE_MODEL, api_base=server.api_base, api_key="x", timeout=0.3
+    )
+
+    with pytest.raises(EmbedderError, match=REMOTE_MODEL):
+        embedder.embed(["hello"])
+
+
+@pytest.mark.usefixtures("litellm_fail_fast")
+def test_litellm_embedder_wrong_vector_count_raises_embedder_error(
+    server: ScriptedOpenAIServer,
+) -> None:
+    server.enqueue(EMBEDDINGS, ScriptedReply(body=embeddings_body([[1.0, 0.0]])))
+    embedder = LiteLLMEmbedder(model=REMOTE_MODEL, api_base=server.api_base, api_key="x", timeout=5)
+
+    with pytest.raises(EmbedderError, match="1 vectors for 2 texts"):
+        embedder.embed(["one", "two"])
+
+
+@pytest.mark.usefixtures("litellm_fail_fast")
+def test_litellm_embedder_dimension_change_raises_embedder_error(
+    server: ScriptedOpenAIServer,
+) -> None:
+    embedder = LiteLLMEmbedder(model=REMOTE_MODEL, api_base=server.api_base, api_key="x", timeout=5)
+    embedder.embed(["first"])
+    server.enqueue(EMBEDDINGS, ScriptedReply(body=embeddings_body([[1.0, 0.0, 0.0]])))
+
+    with pytest.raises(EmbedderError, match="from 12 to 3"):
+        embedder.embed(["second"])
