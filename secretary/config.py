@@ -100,7 +100,19 @@ class LlmSettings(_Section):
     model: str = ""
     api_base: str = ""
     api_key: str = ""
+    # Per HTTP attempt; a call takes at most about max_attempts * timeout + retry_max_seconds.
     timeout_seconds: float = Field(default=60.0, gt=0)
+    # Cap on each reply's tokens (litellm's max_tokens); budgets count it before each call.
+    max_reply_tokens: int = Field(default=4096, ge=1)
+    # Transient failures (429, timeouts, connection errors, 5xx) are retried with jittered
+    # exponential backoff, within both bounds.
+    max_attempts: int = Field(default=4, ge=1, le=20)
+    retry_max_seconds: float = Field(default=120.0, ge=0)
+    backoff_initial_seconds: float = Field(default=1.0, ge=0)
+    backoff_max_seconds: float = Field(default=30.0, ge=0)
+    # Token budgets (prompt + completion) per job run and per namespace per UTC day; 0 = none.
+    max_tokens_per_run: int = Field(default=0, ge=0)
+    max_tokens_per_day: int = Field(default=0, ge=0)
 
 
 class Settings(_Section):
@@ -139,9 +151,7 @@ class Settings(_Section):
         for section, key in (("index", "embedder_api_key"), ("llm", "api_key")):
             if data[section][key]:
                 data[section][key] = "***"
-        data["api"]["keys"] = [
-            {**k, "key": k["key"][:2] + "***"} for k in data["api"]["keys"]
-        ]
+        data["api"]["keys"] = [{**k, "key": k["key"][:2] + "***"} for k in data["api"]["keys"]]
         if "@" in data["database"]["url"]:
             scheme, _, rest = data["database"]["url"].partition("://")
             data["database"]["url"] = f"{scheme}://***@{rest.rpartition('@')[2]}"
@@ -184,9 +194,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
     """Overlay ``SECRETARY_SECTION_KEY=value`` (and ``SECRETARY_DATA_DIR``) onto the raw config."""
-    sections = {
-        name for name, field in Settings.model_fields.items() if name != "data_dir"
-    }
+    sections = {name for name, field in Settings.model_fields.items() if name != "data_dir"}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name == "SECRETARY_CONFIG":
             continue

@@ -40,6 +40,10 @@ class ChangeSet:
     session: Session
     record: MaintenanceRecord
     now: datetime
+    # Set when the transaction changed nothing and its record was dropped.
+    empty: bool = False
+    # Undo restores images as they were: no version bump then.
+    restoring: bool = False
     _touched: dict[tuple[str, int], _Touched] = field(default_factory=dict)
     _order: list[tuple[str, int]] = field(default_factory=list)
 
@@ -63,10 +67,10 @@ class ChangeSet:
         """Register a row *before* modifying it, so that its before image is the stored one."""
         self._remember(row, before=self._image(row))
 
-    def deleted(self, relation: MemoryRelation) -> None:
-        """Register a relation about to be deleted (memories are never deleted here)."""
-        self._remember(relation, before=self._image(relation))
-        self._touched[("relation", relation.id)].deleted = True
+    def deleted(self, row: Memory | MemoryRelation) -> None:
+        """Register a row about to be deleted (memories only by retention and undo)."""
+        self._remember(row, before=self._image(row))
+        self._touched[(_kind(row), row.id)].deleted = True
 
     def _remember(self, row: Memory | MemoryRelation, *, before: dict[str, Any] | None) -> None:
         key = (_kind(row), row.id)
@@ -85,7 +89,10 @@ class ChangeSet:
         for key in self._order:
             touched = self._touched[key]
             if isinstance(touched.row, Memory):
-                self._settle_memory(touched.row, touched.before)
+                if touched.deleted:
+                    self._queue(touched.row, action="delete")
+                else:
+                    self._settle_memory(touched.row, touched.before)
             after = None if touched.deleted else self._image(touched.row)
             if touched.before is not None and touched.before == after:
                 continue
@@ -114,12 +121,14 @@ class ChangeSet:
             return
         after = memory_image(memory)
         if any(before[name] != after[name] for name in CONTENT_FIELDS):
-            memory.version = before["version"] + 1
-            memory.updated_at = self.now
+            if not self.restoring:
+                memory.version = before["version"] + 1
+                memory.updated_at = self.now
             self._queue(memory)
 
-    def _queue(self, memory: Memory) -> None:
-        action = "upsert" if memory.status == MemoryStatus.ACTIVE else "delete"
+    def _queue(self, memory: Memory, *, action: str | None = None) -> None:
+        if action is None:
+            action = "upsert" if memory.status == MemoryStatus.ACTIVE else "delete"
         self.session.add(
             IndexOutbox(
                 namespace=memory.namespace, memory_id=memory.id, action=action, created_at=self.now

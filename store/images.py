@@ -14,7 +14,17 @@ from store.models import Memory, MemoryRelation
 # Fields that describe what a memory *is*; a change to any of them bumps `version` and means the
 # vector index must re-embed it. Links and access statistics are not among them.
 CONTENT_FIELDS = frozenset(
-    {"content", "type", "tags", "importance", "event_time", "session_id", "status", "metadata"}
+    {
+        "content",
+        "type",
+        "tags",
+        "importance",
+        "event_time",
+        "session_id",
+        "status",
+        "metadata",
+        "replaced_by_id",
+    }
 )
 
 

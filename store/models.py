@@ -117,12 +117,16 @@ class Memory(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     session_id: Mapped[str | None] = mapped_column(String(256))
     prev_id: Mapped[int | None] = mapped_column(
-        Id, ForeignKey("memories.id", use_alter=True, ondelete="SET NULL")
+        Id, ForeignKey("memories.id", ondelete="SET NULL")
     )
     next_id: Mapped[int | None] = mapped_column(
-        Id, ForeignKey("memories.id", use_alter=True, ondelete="SET NULL")
+        Id, ForeignKey("memories.id", ondelete="SET NULL")
     )
     status: Mapped[str] = mapped_column(String(16), default=MemoryStatus.ACTIVE.value)
+    # The memory that replaced this one (set when it is superseded or merged).
+    replaced_by_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("memories.id", ondelete="SET NULL")
+    )
     pinned: Mapped[bool] = mapped_column(Boolean, default=False)
     source: Mapped[str] = mapped_column(String(64), default="api")
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
@@ -196,7 +200,7 @@ class MaintenanceRecord(Base):
     # Undo links: an undo record points at what it undid, and the undone record back at it.
     undoes_id: Mapped[int | None] = mapped_column(Id, ForeignKey("maintenance_records.id"))
     undone_by_id: Mapped[int | None] = mapped_column(
-        Id, ForeignKey("maintenance_records.id", use_alter=True)
+        Id, ForeignKey("maintenance_records.id")
     )
 
     __table_args__ = (Index("ix_records_namespace", "namespace", "started_at"),)

@@ -20,6 +20,7 @@ from store.images import memory_image, memory_values, relation_image, relation_v
 from store.models import (
     ConversationLog,
     IndexOutbox,
+    JobState,
     MaintenanceOperation,
     MaintenanceRecord,
     Memory,
@@ -116,6 +117,7 @@ class Repository:
             yield session, changes
             if not changes.finish():
                 session.delete(record)
+                changes.empty = True
 
     # -- memories ------------------------------------------------------------------------------
 
@@ -148,7 +150,7 @@ class Repository:
                 session.add(memory)
                 session.flush()
                 changes.created(memory)
-                self._link_into_timeline(session, changes, memory)
+                self.link_into_timeline(session, changes, memory)
                 ids.append(memory.id)
                 created.append(memory.id)
                 seen[key] = memory.id
@@ -182,10 +184,20 @@ class Repository:
                 found.setdefault(("hash", digest, session_id, event_time), mid)
         return found
 
-    def _link_into_timeline(self, session: Session, changes: ChangeSet, memory: Memory) -> None:
-        """Place a flushed memory between its neighbours by (event_time, id)."""
+    @staticmethod
+    def link_into_timeline(
+        session: Session, changes: ChangeSet, memory: Memory, *, skip: Iterable[int] = ()
+    ) -> None:
+        """Place a flushed memory between its neighbours by (event_time, id).
+
+        Merged memories are off the timeline (their summary took their place), as are ``skip``.
+        """
         ns, at, mid = memory.namespace, memory.event_time, memory.id
-        others = and_(Memory.namespace == ns, Memory.id != mid)
+        others = and_(
+            Memory.namespace == ns,
+            Memory.id.not_in([mid, *skip]),
+            Memory.status != MemoryStatus.MERGED.value,
+        )
         before_it = or_(Memory.event_time < at, and_(Memory.event_time == at, Memory.id < mid))
         pred = session.scalars(
             select(Memory)
@@ -308,6 +320,34 @@ class Repository:
             session.flush()
             changes.created(relation)
             return relation.id
+
+    # -- job state and bare records ------------------------------------------------------------
+
+    def job_state(self, job: str, namespace: str) -> dict[str, Any]:
+        with self.reading() as session:
+            row = session.get(JobState, (job, namespace))
+            return dict(row.state) if row is not None else {}
+
+    @staticmethod
+    def save_job_state(
+        session: Session, job: str, namespace: str, state: Mapping[str, Any], *, now: datetime
+    ) -> None:
+        row = session.get(JobState, (job, namespace))
+        if row is None:
+            session.add(JobState(job=job, namespace=namespace, state=dict(state), updated_at=now))
+        else:
+            row.state = dict(state)
+            row.updated_at = now
+
+    def write_bare_record(self, namespace: str, job: str, *, now: datetime, **fields: Any) -> int:
+        """Write a record without operations (a refused, failed or pending run)."""
+        with transaction(self._write) as session:
+            record = MaintenanceRecord(
+                job=job, namespace=namespace, started_at=now, finished_at=now, **fields
+            )
+            session.add(record)
+            session.flush()
+            return record.id
 
     # -- namespace state -----------------------------------------------------------------------
 

@@ -19,11 +19,13 @@ DAY = timedelta(days=1)
 
 
 def timeline(repo: Repository, namespace: str) -> list[int]:
-    """Walk the timeline from its head through next_id and check prev_id on the way back."""
+    """Walk the timeline from its head through next_id and check prev_id on the way back.
+
+    Merged memories are off the timeline: their summary took their place.
+    """
     with repo.reading() as session:
-        rows = {
-            m.id: m for m in session.scalars(select(Memory).where(Memory.namespace == namespace))
-        }
+        query = select(Memory).where(Memory.namespace == namespace, Memory.status != "merged")
+        rows = {m.id: m for m in session.scalars(query)}
     heads = [m for m in rows.values() if m.prev_id is None]
     assert len(heads) <= 1, "a timeline has exactly one head"
     order: list[int] = []
@@ -83,16 +85,16 @@ def test_add_memories_failure_mid_batch_writes_nothing(
 ) -> None:
     repo.add_memories("ns", [mem("before", NOW)], now=NOW)
     before = list(repo.export("ns"))
-    link = Repository._link_into_timeline
+    link = Repository.link_into_timeline
     calls = []
 
-    def link_then_fail(self: Repository, *args: object) -> None:
+    def link_then_fail(*args: object) -> None:
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("crash after the first item of the batch was written")
-        link(self, *args)  # type: ignore[arg-type]
+        link(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Repository, "_link_into_timeline", link_then_fail)
+    monkeypatch.setattr(Repository, "link_into_timeline", staticmethod(link_then_fail))
     with pytest.raises(RuntimeError, match="crash"):
         repo.add_memories("ns", [mem("fine", NOW + DAY), mem("also", NOW + 2 * DAY)], now=NOW)
     assert list(repo.export("ns")) == before

@@ -67,7 +67,7 @@ def upgrade() -> None:
     sa.Column('undoes_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('undone_by_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.ForeignKeyConstraint(['undoes_id'], ['maintenance_records.id'], name=op.f('fk_maintenance_records_undoes_id_maintenance_records')),
-    sa.ForeignKeyConstraint(['undone_by_id'], ['maintenance_records.id'], name=op.f('fk_maintenance_records_undone_by_id_maintenance_records'), use_alter=True),
+    sa.ForeignKeyConstraint(['undone_by_id'], ['maintenance_records.id'], name=op.f('fk_maintenance_records_undone_by_id_maintenance_records')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_maintenance_records'))
     )
     with op.batch_alter_table('maintenance_records', schema=None) as batch_op:
@@ -92,12 +92,14 @@ def upgrade() -> None:
     sa.Column('prev_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('next_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('status', sa.String(length=16), nullable=False),
+    sa.Column('replaced_by_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('pinned', sa.Boolean(), nullable=False),
     sa.Column('source', sa.String(length=64), nullable=False),
     sa.Column('metadata', sa.JSON(), nullable=False),
     sa.Column('version', sa.Integer(), nullable=False),
-    sa.ForeignKeyConstraint(['next_id'], ['memories.id'], name=op.f('fk_memories_next_id_memories'), ondelete='SET NULL', use_alter=True),
-    sa.ForeignKeyConstraint(['prev_id'], ['memories.id'], name=op.f('fk_memories_prev_id_memories'), ondelete='SET NULL', use_alter=True),
+    sa.ForeignKeyConstraint(['next_id'], ['memories.id'], name=op.f('fk_memories_next_id_memories'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['prev_id'], ['memories.id'], name=op.f('fk_memories_prev_id_memories'), ondelete='SET NULL'),
+    sa.ForeignKeyConstraint(['replaced_by_id'], ['memories.id'], name=op.f('fk_memories_replaced_by_id_memories'), ondelete='SET NULL'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_memories')),
     sa.UniqueConstraint('namespace', 'external_id', name='uq_memories_namespace_external_id')
     )
