@@ -8,12 +8,16 @@ tokens actually used afterwards. Per-day usage lives in a ``UsageLedger`` so it 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import date, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from secretary.clock import ensure_utc
+from secretary.clock import ensure_utc, utc_now
 from secretary.config import LlmSettings
 from secretary.errors import BudgetExhausted
+
+if TYPE_CHECKING:
+    from store.repository import Repository
 
 
 class UsageLedger(Protocol):
@@ -35,6 +39,20 @@ class InMemoryUsageLedger:
 
     def add(self, namespace: str, day: date, tokens: int) -> None:
         self._used[(namespace, day)] += tokens
+
+
+class StoreUsageLedger:
+    """A ``UsageLedger`` kept in the store's database, so it outlasts runs and restarts."""
+
+    def __init__(self, repository: Repository, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self._repository = repository
+        self._clock = clock
+
+    def used_today(self, namespace: str, day: date) -> int:
+        return self._repository.llm_tokens_used(namespace, day)
+
+    def add(self, namespace: str, day: date, tokens: int) -> None:
+        self._repository.add_llm_tokens(namespace, day, tokens, now=self._clock())
 
 
 class Budget:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, and_, delete, func, or_, select, update
@@ -32,6 +32,7 @@ from store.models import (
 from store.schemas import LogIn, MemoryIn
 from store.text import content_hash
 
+LLM_USAGE = "llm_usage"  # the job_state row that counts LLM tokens per namespace and day
 CHUNK = 500  # ids per IN (...) clause; well below every backend's parameter limit
 
 
@@ -93,11 +94,18 @@ class Repository:
 
     @contextmanager
     def changing(
-        self, namespace: str, job: str, now: datetime, *, stats: Mapping[str, Any] | None = None
+        self,
+        namespace: str,
+        job: str,
+        now: datetime,
+        *,
+        stats: Mapping[str, Any] | None = None,
+        restoring: bool = False,
     ) -> Iterator[tuple[Session, ChangeSet]]:
         """Open a write transaction with its maintenance record; commit both or neither.
 
-        A transaction that ends up changing nothing leaves no record behind.
+        A transaction that ends up changing nothing leaves no record behind. ``restoring``
+        (undo) writes images back as they were: no version bump.
         """
         with transaction(self._write) as session:
             record = MaintenanceRecord(
@@ -111,7 +119,7 @@ class Repository:
             )
             session.add(record)
             session.flush()
-            changes = ChangeSet(session=session, record=record, now=now)
+            changes = ChangeSet(session=session, record=record, now=now, restoring=restoring)
             # Serialises writers of one namespace (a row lock on PostgreSQL).
             changes.lock_namespace()
             yield session, changes
@@ -338,6 +346,20 @@ class Repository:
         else:
             row.state = dict(state)
             row.updated_at = now
+
+    def llm_tokens_used(self, namespace: str, day: date) -> int:
+        """Tokens the LLM used for the namespace on a UTC day (see ``add_llm_tokens``)."""
+        return int(self.job_state(LLM_USAGE, namespace).get(day.isoformat(), 0))
+
+    def add_llm_tokens(self, namespace: str, day: date, tokens: int, *, now: datetime) -> None:
+        """Count tokens spent, at once and on their own: they are spent even if the run fails."""
+        with transaction(self._write) as session:
+            row = session.get(JobState, (LLM_USAGE, namespace), with_for_update=True)
+            days = dict(row.state) if row is not None else {}
+            days[day.isoformat()] = int(days.get(day.isoformat(), 0)) + tokens
+            # A week of history is plenty for a per-day budget; keep the row small.
+            kept = dict(sorted(days.items())[-7:])
+            self.save_job_state(session, LLM_USAGE, namespace, kept, now=now)
 
     def write_bare_record(self, namespace: str, job: str, *, now: datetime, **fields: Any) -> int:
         """Write a record without operations (a refused, failed or pending run)."""

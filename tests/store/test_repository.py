@@ -232,3 +232,19 @@ def test_changing_without_changes_leaves_no_record(repo: Repository) -> None:
         pass
     with repo.reading() as session:
         assert session.scalar(select(func.count()).select_from(MaintenanceRecord)) == 0
+
+
+def test_llm_tokens_counted_per_day_and_kept_a_week(repo: Repository) -> None:
+    from secretary.budget import Budget, StoreUsageLedger
+    from secretary.errors import BudgetExhausted
+
+    ledger = StoreUsageLedger(repo, clock=lambda: NOW)
+    for offset in range(9):
+        ledger.add("ns", (NOW + offset * DAY).date(), 100 + offset)
+    ledger.add("ns", NOW.date() + 8 * DAY, 1)
+    assert ledger.used_today("ns", (NOW + 8 * DAY).date()) == 109
+    assert ledger.used_today("ns", NOW.date()) == 0  # older than a week: dropped
+    assert ledger.used_today("other", (NOW + 8 * DAY).date()) == 0
+    budget = Budget(namespace="ns", now=NOW + 8 * DAY, max_tokens_per_day=150, ledger=ledger)
+    with pytest.raises(BudgetExhausted):
+        budget.ensure_affordable(50)
