@@ -16,7 +16,7 @@ from store.db import make_engine, upgrade
 from store.models import Base
 from store.repository import Repository
 
-pytest_plugins = ["tests.conftest_chroma"] if (Path(__file__).parent / "conftest_chroma.py").exists() else []
+pytest_plugins = ["tests.conftest_chroma"]
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

@@ -1,0 +1,176 @@
+"""`secretary records` and `secretary undo`: read what jobs did, and take it back.
+
+Thin commands over store.undo; the main group (secretary.cli) turns our errors into a message
+and an exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from secretary.cli_common import Context, _store, _sync, pass_context
+from secretary.clock import utc_now
+
+if TYPE_CHECKING:
+    from store.undo import UndoPlan
+
+# store.models.RecordStatus, spelled out: importing the store here would slow every command.
+_STATUSES = ("planned", "applied", "failed", "refused", "undone")
+_SHOWN_CHARS = 80  # longer values are cut in the text view; --json has them whole
+
+
+@click.group()
+def records() -> None:
+    """Maintenance records: what each job run, ingest batch and undo changed."""
+
+
+@records.command("list")
+@click.option("--namespace", "-n", help="Only this namespace (default: all).")
+@click.option("--job", help="Only records of this job (ingest, consolidator, undo, ...).")
+@click.option("--status", type=click.Choice(_STATUSES), help="Only records with this status.")
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="At most this many.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of records.")
+@pass_context
+def records_list(
+    ctx: Context,
+    namespace: str | None,
+    job: str | None,
+    status: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List records, newest first."""
+    from store.undo import find_records, record_json
+
+    namespaces = (namespace,) if namespace else None
+    with _store(ctx) as store:
+        found = find_records(
+            store.repository, namespaces=namespaces, job=job, status=status, limit=limit
+        )
+    views = [record_json(record) for record in found]
+    if as_json:
+        click.echo(json.dumps(views, indent=2))
+        return
+    if not views:
+        click.echo("no records")
+    for view in views:
+        click.echo(_record_line(view))
+
+
+def _record_line(view: Mapping[str, Any]) -> str:
+    links = ""
+    if view["undoes_id"] is not None:
+        links += f" (undoes #{view['undoes_id']})"
+    if view["undone_by_id"] is not None:
+        links += f" (undone by #{view['undone_by_id']})"
+    return (
+        f"#{view['id']} {view['started_at']} {view['job']} "
+        f"[{view['namespace']}] {view['status']}{links}"
+    )
+
+
+@records.command("show")
+@click.argument("record_id", metavar="ID", type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print the record and full images as JSON.")
+@pass_context
+def records_show(ctx: Context, record_id: int, as_json: bool) -> None:
+    """Show one record with its operations, in order, and what each changed."""
+    from store.undo import get_record, record_detail_json
+
+    with _store(ctx) as store:
+        record, operations = get_record(store.repository, record_id)
+    view = record_detail_json(record, operations)
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    click.echo(_record_line(view))
+    if view["model"]:
+        click.echo(f"model {view['model']}: {view['tokens_in']} in, {view['tokens_out']} out")
+    if view["error"]:
+        click.echo(f"error: {view['error']}")
+    click.echo(f"stats: {json.dumps(view['stats'], sort_keys=True)}")
+    for operation in view["operations"]:
+        click.echo(
+            f"  {operation['seq']:>3} {operation['op']} "
+            f"{operation['target_kind']} {operation['target_id']}"
+        )
+        for line in _image_lines(operation["before"], operation["after"]):
+            click.echo(f"        {line}")
+
+
+def _image_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
+    """Describe an operation: changed fields for an update, the content for a create/delete."""
+    if before is not None and after is not None:
+        return [
+            f"{name}: {_short(before.get(name))} -> {_short(after.get(name))}"
+            for name in sorted(before.keys() | after.keys())
+            if before.get(name) != after.get(name)
+        ]
+    image = after if after is not None else before or {}
+    shown = "content" if "content" in image else "type"
+    return [f"{shown}: {_short(image.get(shown))}"]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+@click.command()
+@click.argument("record_id", metavar="RECORD", type=click.IntRange(min=1))
+@click.option(
+    "--dry-run", is_flag=True, help="Print what would be restored and any conflicts; write nothing."
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Apply the parts that do not conflict; the undo record lists what was skipped.",
+)
+@click.option("--no-index", is_flag=True, help="Leave re-embedding to the daemon (outbox).")
+@pass_context
+def undo(ctx: Context, record_id: int, dry_run: bool, force: bool, no_index: bool) -> None:
+    """Undo a record: restore its rows, relations and timeline links in one transaction.
+
+    The undo is a record of its own (job "undo"), so it can be undone in turn. If a
+    memory changed after the record, nothing is written and the conflicts are listed;
+    --force undoes the rest. Recall statistics (access count, last access) are kept.
+    """
+    from store.undo import plan_undo
+    from store.undo import undo as undo_record
+
+    with _store(ctx) as store:
+        if dry_run:
+            _print_plan(plan_undo(store.repository, record_id))
+            return
+        result = undo_record(store.repository, record_id, now=utc_now(), force=force)
+        click.echo(
+            f"record {record_id} undone by record {result.record_id}: "
+            f"{result.restored} rows restored"
+        )
+        for conflict in result.skipped:
+            click.echo(f"  skipped {conflict.describe()}")
+        if not no_index:
+            _sync(store)
+
+
+def _print_plan(plan: UndoPlan) -> None:
+    click.echo(f"undoing record {plan.record_id} ({plan.job}, namespace {plan.namespace!r}) would:")
+    for step in plan.applicable:
+        click.echo(f"  {step.describe()}")
+    if not plan.applicable:
+        click.echo("  nothing: every part conflicts")
+    if plan.conflicts:
+        click.echo(f"conflicts ({len(plan.conflicts)}), refused unless --force skips them:")
+        for conflict in plan.conflicts:
+            click.echo(f"  {conflict.describe()}")
+    click.echo("dry run: nothing written")

@@ -1,0 +1,349 @@
+"""Pure scoring of search candidates: relevance parts, decay, spreading activation, periods.
+
+Nothing here does I/O or reads the clock; ``store.search`` gathers the values and calls these.
+The final score of a memory is
+
+    w_sim * relevance + w_imp * (importance / 10) * exp(-lambda * age) + w_rec * recency
+    + w_act * activation
+
+Decay (lambda = ln 2 / half_life_days) and recency shape only their own terms; they never
+multiply relevance: an old memory that answers the question must still be found (on LoCoMo,
+relevance multiplied by a 90-day decay loses 37 points of recall@10).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from secretary.config import RetrievalSettings
+
+SECONDS_PER_DAY = 86_400.0
+# The timeline neighbours of a memory are as associated as the strongest relation.
+TIMELINE_WEIGHT = 1.0
+KIND_CONTEXT = "ctx"  # the vector of "previous turn + this turn" (store.vector_index)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parts:
+    """The parts of relevance, each in [0, 1]."""
+
+    lexical: float = 0.0  # BM25 score / the query's best BM25 score
+    dense: float = 0.0  # cosine of the best-matching vector of the memory's own text
+    context: float = 0.0  # cosine of "previous turn + this turn"
+    session: float = 0.0  # the memory's session's BM25 score / the best session's
+    period: float = 0.0  # 1 when the memory's time falls in a period the query names
+
+
+@dataclass(frozen=True, kw_only=True)
+class Terms:
+    """The raw factors of the four terms of the final score (weights not applied)."""
+
+    relevance: float
+    importance: float
+    recency: float
+    activation: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Period:
+    """A half-open UTC time range [start, end) named by a query."""
+
+    start: datetime
+    end: datetime
+
+    def __contains__(self, moment: datetime) -> bool:
+        return self.start <= moment < self.end
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    """Activation reaching a memory: its value and the anchor it came from."""
+
+    value: float
+    origin: int
+
+
+# -- the terms ---------------------------------------------------------------------------------
+
+
+def relevance(parts: Parts, settings: RetrievalSettings) -> float:
+    """Return the weighted sum of the relevance parts."""
+    return (
+        settings.w_lexical * parts.lexical
+        + settings.w_dense * parts.dense
+        + settings.w_context * parts.context
+        + settings.w_session * parts.session
+        + settings.w_period * parts.period
+    )
+
+
+def final_score(terms: Terms, settings: RetrievalSettings) -> float:
+    """Return the final score: each raw factor times its weight, summed."""
+    return (
+        settings.w_sim * terms.relevance
+        + settings.w_imp * terms.importance
+        + settings.w_rec * terms.recency
+        + settings.w_act * terms.activation
+    )
+
+
+def age_days(now: datetime, event_time: datetime) -> float:
+    """Return how many days before ``now`` the event was; a future event has age 0."""
+    return max(0.0, (now - event_time).total_seconds() / SECONDS_PER_DAY)
+
+
+def decay(age: float, half_life_days: float) -> float:
+    """Return exp(-lambda * age) with lambda = ln 2 / half-life; half-life 0 means no decay."""
+    if half_life_days <= 0:
+        return 1.0
+    return math.exp(-math.log(2) * max(0.0, age) / half_life_days)
+
+
+def importance_factor(
+    importance: float, age: float, half_life_days: float, *, pinned: bool = False
+) -> float:
+    """Return (importance / 10) * decay; a pinned memory keeps its importance undecayed."""
+    level = min(10.0, max(0.0, importance)) / 10.0
+    return level if pinned else level * decay(age, half_life_days)
+
+
+def recency_factor(age: float, half_life_days: float) -> float:
+    """Return 1 for a memory of ``now``, halving every ``half_life_days``."""
+    return decay(age, half_life_days)
+
+
+# -- relevance parts ---------------------------------------------------------------------------
+
+
+def dense_parts(hits: Iterable[tuple[int, str, float]]) -> dict[int, tuple[float, float]]:
+    """Given (memory_id, kind, cosine) hits, return memory_id -> (dense, context).
+
+    ``dense`` is the best cosine of the memory's own vectors (whole text or one sentence: a
+    long memory should match a question about one of its sentences); ``context`` is the best
+    cosine of its "previous turn + turn" vector. A vector that was not returned can be at
+    most as similar as the last one returned, so the last similarity stands in for it:
+    a memory found by one vector kind is not scored as if it were unrelated for the other.
+    """
+    own: dict[int, float] = {}
+    context: dict[int, float] = {}
+    floor = 1.0
+    for memory_id, kind, similarity in hits:
+        target = context if kind == KIND_CONTEXT else own
+        target[memory_id] = max(similarity, target.get(memory_id, -1.0))
+        floor = min(floor, similarity)
+    floor = max(0.0, floor)
+    return {
+        memory_id: (
+            max(0.0, own.get(memory_id, floor)),
+            max(0.0, context.get(memory_id, own.get(memory_id, floor))),
+        )
+        for memory_id in own.keys() | context.keys()
+    }
+
+
+def session_part(session_id: str | None, sessions: Mapping[str, float]) -> float:
+    """Return the session's normalised score, 0 for a memory without a session."""
+    return 0.0 if session_id is None else sessions.get(session_id, 0.0)
+
+
+def period_part(moment: datetime, periods: Sequence[Period]) -> float:
+    """Return 1.0 if ``moment`` falls in one of ``periods``, else 0.0."""
+    return 1.0 if any(moment in period for period in periods) else 0.0
+
+
+def top_ids(scores: Mapping[int, float], n: int) -> list[int]:
+    """Return the ``n`` best ids, best first; ties go to the lower id, so order is stable."""
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    return [memory_id for memory_id, _ in ranked[: max(0, n)]]
+
+
+# -- spreading activation ----------------------------------------------------------------------
+
+
+def links_of(
+    memory_id: int,
+    prev_id: int | None,
+    next_id: int | None,
+    relations: Iterable[tuple[int, int, float]],
+) -> list[tuple[int, float]]:
+    """Return (neighbour, weight) of one memory: timeline first, then relations, strongest first.
+
+    ``relations`` are (source, target, strength) edges touching the memory in either
+    direction; a neighbour reached twice keeps its strongest link.
+    """
+    best: dict[int, float] = {}
+    for neighbour in (prev_id, next_id):
+        if neighbour is not None:
+            best[neighbour] = TIMELINE_WEIGHT
+    for source, target, strength in relations:
+        neighbour = target if source == memory_id else source
+        if neighbour != memory_id:
+            best[neighbour] = max(best.get(neighbour, 0.0), min(1.0, max(0.0, strength)))
+    return sorted(best.items(), key=lambda item: (-item[1], item[0]))
+
+
+def spread_step(
+    frontier: Mapping[int, Spread],
+    links: Mapping[int, Sequence[tuple[int, float]]],
+    *,
+    fanout: int,
+) -> dict[int, Spread]:
+    """Spread one hop: each frontier memory passes value * weight to its ``fanout`` best links.
+
+    A memory reached several times keeps the best value (activation is the strongest
+    association, not a count of them); activation never flows back to the anchor it came from.
+    """
+    reached: dict[int, Spread] = {}
+    for memory_id, spread in frontier.items():
+        for neighbour, weight in list(links.get(memory_id, ()))[: max(0, fanout)]:
+            if neighbour == spread.origin:
+                continue
+            value = spread.value * weight
+            current = reached.get(neighbour)
+            if current is None or value > current.value:
+                reached[neighbour] = Spread(value=value, origin=spread.origin)
+    return reached
+
+
+def attenuate(reached: Mapping[int, Spread], factor: float) -> dict[int, Spread]:
+    """Return the frontier of the next hop: every value times ``factor``."""
+    return {
+        memory_id: Spread(value=spread.value * factor, origin=spread.origin)
+        for memory_id, spread in reached.items()
+    }
+
+
+def merge_activation(activation: dict[int, float], reached: Mapping[int, Spread]) -> None:
+    """Keep, per memory, the best activation seen over all hops (updates ``activation``)."""
+    for memory_id, spread in reached.items():
+        activation[memory_id] = max(activation.get(memory_id, 0.0), spread.value)
+
+
+# -- periods named in a query ------------------------------------------------------------------
+
+MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+_MONTH = r"(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+# Most specific first; each match blanks its span so "8 May 2023" is not also "May 2023".
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (unit, re.compile(pattern, re.IGNORECASE))
+    for unit, pattern in (
+        ("day", r"\b(?P<year>(?:19|20)\d\d)-(?P<month>\d\d)-(?P<day>\d\d)\b"),
+        ("day", rf"\b{_DAY}(?:\s+of)?\s+{_MONTH},?\s*{_YEAR}\b"),
+        ("day", rf"\b{_MONTH}\s+{_DAY},?\s*{_YEAR}\b"),
+        ("month", rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b"),
+        ("year", rf"\b{_YEAR}\b"),
+        ("last_month_name", rf"\blast\s+{_MONTH}\b"),
+        # A bare month only after a preposition: "May I ..." is not a period.
+        ("month_name", rf"\b(?:in|during|this|since|early|mid|late|of)\s+{_MONTH}\b"),
+        ("relative", r"\b(?P<rel>yesterday|today|(?:last|this)\s+(?:week|month|year))\b"),
+    )
+)
+
+
+def parse_periods(query: str, now: datetime) -> tuple[Period, ...]:
+    """Return the periods a query names: "on 8 May, 2023", "in May 2023", "2022", "last June".
+
+    A month without a year is its latest occurrence up to ``now`` ("last June": before the
+    current month); relative words ("yesterday", "last week", "this year") count from ``now``.
+    Unparseable dates (31 February) are ignored.
+    """
+    now = now.astimezone(UTC)
+    text = query
+    found: list[Period] = []
+    for unit, pattern in _PATTERNS:
+        for match in pattern.finditer(text):
+            period = _period(unit, match, now)
+            if period is not None and period not in found:
+                found.append(period)
+        text = pattern.sub(lambda m: " " * len(m.group()), text)
+    return tuple(found)
+
+
+def _period(unit: str, match: re.Match[str], now: datetime) -> Period | None:
+    groups = match.groupdict()
+    try:
+        if unit == "day":
+            month = _month_number(groups["month"])
+            start = datetime(int(groups["year"]), month, int(groups["day"]), tzinfo=UTC)
+            return Period(start=start, end=start + timedelta(days=1))
+        if unit == "month":
+            return _month_period(int(groups["year"]), _month_number(groups["month"]))
+        if unit == "year":
+            return _year_period(int(groups["year"]))
+        if unit in ("month_name", "last_month_name"):
+            return _latest_month(_month_number(groups["month"]), now, unit == "last_month_name")
+        return _relative(" ".join(groups["rel"].lower().split()), now)
+    except ValueError:  # 31 February, month 13
+        return None
+
+
+def _month_number(text: str) -> int:
+    return int(text) if text.isdigit() else MONTHS[text.lower()]
+
+
+def _month_period(year: int, month: int) -> Period:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    return Period(start=start, end=end)
+
+
+def _year_period(year: int) -> Period:
+    return Period(start=datetime(year, 1, 1, tzinfo=UTC), end=datetime(year + 1, 1, 1, tzinfo=UTC))
+
+
+def _latest_month(month: int, now: datetime, strictly_before: bool) -> Period:
+    """Return the latest ``month`` that started by now (before the current month if strict)."""
+    year = (
+        now.year
+        if month < now.month or (month == now.month and not strictly_before)
+        else (now.year - 1)
+    )
+    return _month_period(year, month)
+
+
+def _relative(phrase: str, now: datetime) -> Period:
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    week = today - timedelta(days=today.weekday())  # Monday
+    month = _month_period(now.year, now.month)
+    spans = {
+        "today": (today, today + timedelta(days=1)),
+        "yesterday": (today - timedelta(days=1), today),
+        "this week": (week, week + timedelta(days=7)),
+        "last week": (week - timedelta(days=7), week),
+        "this month": (month.start, month.end),
+        "last month": (_month_period(*_previous_month(now.year, now.month)).start, month.start),
+        "this year": (_year_period(now.year).start, _year_period(now.year).end),
+        "last year": (_year_period(now.year - 1).start, _year_period(now.year).start),
+    }
+    start, end = spans[phrase]
+    return Period(start=start, end=end)
+
+
+def _previous_month(year: int, month: int) -> tuple[int, int]:
+    return (year - 1, 12) if month == 1 else (year, month - 1)

@@ -1,0 +1,105 @@
+"""Background work of the API process: applying the vector-index outbox.
+
+Ingest only writes SQL (with its outbox rows); the ``IndexWorker`` brings Chroma up to date every
+``interval`` seconds, or at once after ``kick()``. If Chroma is down the worker backs off and tries
+again later; nothing is lost because the outbox stays in SQL until Chroma has applied it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from loguru import logger
+from sqlalchemy.exc import SQLAlchemyError
+
+from store.embedder import EmbedderError
+from store.vector_index import VectorIndexError
+
+MAX_BACKOFF = 60.0  # seconds between attempts while the index keeps failing
+
+
+def backoff_delay(failures: int, *, interval: float, cap: float = MAX_BACKOFF) -> float:
+    """Given consecutive failures (>= 1), return the wait before the next try: doubling, capped."""
+    exponent = min(failures - 1, 30)  # beyond 2**30 the cap has long won; avoids huge floats
+    return float(min(cap, interval * 2**exponent))
+
+
+class IndexWorker:
+    """Calls ``sync`` every ``interval`` seconds and on ``kick()``; survives index failures."""
+
+    def __init__(
+        self, sync: Callable[[], int], *, interval: float = 1.0, max_backoff: float = MAX_BACKOFF
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self._sync = sync
+        self._interval = interval
+        self._max_backoff = max_backoff
+        self._wake = threading.Event()  # set by kick() and close()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0  # consecutive failed attempts, for health reporting
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="index-worker", daemon=True)
+        self._thread.start()
+
+    def kick(self) -> None:
+        """Ask for a sync now (e.g. after an ingest); ignored while backing off from a failure."""
+        self._wake.set()
+
+    def run_once(self) -> bool:
+        """Sync once; return False (after logging) if the index or the database failed."""
+        try:
+            applied = self._sync()
+        except (VectorIndexError, EmbedderError, SQLAlchemyError) as exc:
+            self.failures += 1
+            delay = backoff_delay(self.failures, interval=self._interval, cap=self._max_backoff)
+            logger.warning(
+                "vector index sync failed ({} in a row), retrying in {:.1f} s: {}",
+                self.failures,
+                delay,
+                exc,
+            )
+            return False
+        if self.failures:
+            logger.info("vector index sync works again after {} failures", self.failures)
+        self.failures = 0
+        if applied:
+            logger.debug("applied {} outbox entries to the vector index", applied)
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.failures:
+                # Kicks do not shorten a backoff: each ingest would otherwise hammer a dead index.
+                self._stop.wait(
+                    backoff_delay(self.failures, interval=self._interval, cap=self._max_backoff)
+                )
+            else:
+                self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            self._attempt()
+
+    def _attempt(self) -> None:
+        # The thread's boundary: an unexpected error is logged and counted as a failure (so the
+        # next try backs off) instead of silently ending indexing for the life of the process.
+        try:
+            self.run_once()
+        except Exception:  # noqa: BLE001 - thread boundary; logged with traceback
+            self.failures += 1
+            logger.exception("vector index sync failed unexpectedly")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread, letting a sync in progress finish (bounded by ``timeout``)."""
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)

@@ -1,0 +1,145 @@
+"""The CLI end to end on the embedded default (SQLite + embedded Chroma + offline embedder)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from secretary.cli import cli
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "samples" / "companion.jsonl"
+
+Run = Callable[..., Result]
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    for name in ("SECRETARY_CONFIG", "SECRETARY_DATA_DIR", "SECRETARY_NAMESPACE"):
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+
+    def invoke(*args: str, code: int = 0) -> Result:
+        result = runner.invoke(cli, ["--data-dir", str(tmp_path / "data"), *args])
+        assert result.exit_code == code, (result.output, result.stderr, result.exception)
+        return result
+
+    return invoke
+
+
+def all_commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    found = []
+    for name, command in group.commands.items():
+        path = f"{prefix}{name}"
+        found.append((path, command))
+        if isinstance(command, click.Group):
+            found.extend(all_commands(command, path + " "))
+    return found
+
+
+@pytest.mark.parametrize(("path", "command"), all_commands(cli), ids=lambda v: str(v))
+def test_command_has_help_and_is_in_readme(path: str, command: click.Command) -> None:
+    assert command.help, f"`secretary {path}` has no help text"
+    result = CliRunner().invoke(cli, [*path.split(), "--help"])
+    assert result.exit_code == 0
+    readme = (REPO / "README.md").read_text()
+    assert f"secretary {path}" in readme, f"`secretary {path}` is not in the README"
+
+
+def test_ingest_then_search_json_finds_sample(run: Run) -> None:
+    run("init")
+    out = run("ingest", str(SAMPLE)).output
+    assert "26 lines: 26 new" in out
+    hits = json.loads(run("search", "half marathon finish time", "--json", "--k", "3").output)
+    assert hits["hits"][0]["external_id"] == "m020"
+    first = hits["hits"][0]
+    assert {"id", "external_id", "content", "score", "breakdown"} <= set(first)
+    assert run("index", "verify").output.startswith("default: ok")
+
+
+def test_ingest_same_file_twice_changes_nothing(run: Run) -> None:
+    run("init")
+    run("ingest", str(SAMPLE))
+    before = run("export").output
+    assert "0 new, 26 already present" in run("ingest", str(SAMPLE)).output
+    assert run("export").output == before
+
+
+def test_ingest_bad_lines_reported_by_number_nothing_written(run: Run, tmp_path: Path) -> None:
+    run("init")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"content": "fine"}\n{"content": ""}\nnot json\n\n{"content": "x", "importance": 99}\n'
+    )
+    result = run("ingest", str(bad), code=3)
+    assert re.search(r"line 2: content", result.stderr)
+    assert "line 3: not valid JSON" in result.stderr
+    assert "line 5: importance" in result.stderr
+    assert run("export").output == ""
+
+
+def test_export_then_ingest_restores_into_new_store(run: Run, tmp_path: Path) -> None:
+    run("init")
+    run("ingest", str(SAMPLE), "--namespace", "maya")
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text(run("export", "--namespace", "maya").output)
+    other = CliRunner()
+    args = ["--data-dir", str(tmp_path / "other")]
+    assert other.invoke(cli, [*args, "init"]).exit_code == 0
+    restored = other.invoke(cli, [*args, "ingest", str(dump), "--namespace", "maya"])
+    assert restored.exit_code == 0, restored.output
+    again = other.invoke(cli, [*args, "export", "--namespace", "maya"])
+    assert again.output == dump.read_text()
+    verify = other.invoke(cli, [*args, "index", "verify"])
+    assert verify.exit_code == 0, verify.output
+
+
+def test_search_no_reinforce_changes_nothing(run: Run) -> None:
+    run("init")
+    run("ingest", str(SAMPLE))
+    before = run("export").output
+    run("search", "cat", "--no-reinforce")
+    assert run("export").output == before
+    run("search", "cat")
+    assert run("export").output != before
+
+
+def test_index_verify_detects_and_rebuild_repairs_drift(run: Run, tmp_path: Path) -> None:
+    from secretary.config import load_settings
+    from store.service import Store
+
+    run("init")
+    run("ingest", str(SAMPLE))
+    store = Store.open(load_settings(None, {}, data_dir=tmp_path / "data"))
+    try:
+        store.index.delete("default", [1, 2])
+    finally:
+        store.close()
+    result = run("index", "verify", code=1)
+    assert "missing=2" in result.output
+    run("index", "rebuild")
+    assert "default: ok" in run("index", "verify").output
+
+
+def test_commands_before_init_explain_what_to_do(run: Run) -> None:
+    result = run("search", "anything", code=1)
+    assert "secretary db upgrade" in result.stderr
+
+
+def test_config_check_prints_effective_settings(run: Run) -> None:
+    settings = json.loads(run("config", "check").output)
+    assert settings["api"]["host"] == "127.0.0.1"
+
+
+def test_config_invalid_file_clean_error(run: Run, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[api]\nport = 'x'\n")
+    result = run("--config", str(bad), "config", "check", code=2)
+    assert "config option 'api.port'" in result.stderr
+    assert "Traceback" not in result.stderr + result.output

@@ -1,0 +1,303 @@
+"""End-to-end tests of search over a real store: SQLite, embedded Chroma and the ONNX embedder."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from secretary.config import IndexSettings, RetrievalSettings, Settings
+from store.embedder import OnnxMiniLMEmbedder
+from store.models import Memory, MemoryStatus
+from store.repository import Edge, LexicalRow
+from store.search import (
+    Evidence,
+    SearchFilters,
+    SearchRequest,
+    SearchResult,
+    lexical_docs,
+    metadata_equals,
+    rank,
+)
+from store.service import Store
+
+NOW = datetime(2023, 7, 1, 12, 0, tzinfo=UTC)
+MAY = datetime(2023, 5, 7, 13, 56, tzinfo=UTC)
+JUNE = datetime(2023, 6, 20, 9, 0, tzinfo=UTC)
+NS = "ns"
+
+CORPUS: list[dict[str, Any]] = [
+    {"content": "Caroline: I went to an LGBTQ support group and it was so powerful.",
+     "timestamp": MAY, "session_id": "s1", "tags": ["people"]},
+    {"content": "Melanie: I painted a lake sunrise last year.",
+     "timestamp": MAY, "session_id": "s1", "tags": ["art", "home"]},
+    {"content": "The router configuration changed on the office network.", "type": "fact",
+     "timestamp": JUNE, "session_id": "s2", "metadata": {"area": "NETWORK", "urgent": True}},
+    {"content": "The router configuration changed on the guest network.", "type": "fact",
+     "timestamp": JUNE, "session_id": "s2", "metadata": {"area": "NETWORK_CONFIG", "retries": 3}},
+    {"content": "The router configuration changed on the lab network.", "type": "fact",
+     "timestamp": JUNE, "session_id": "s2", "metadata": {"area": "networking"}},
+    {"content": "Melanie: We adopted a puppy last week, what should we call her?",
+     "timestamp": JUNE, "session_id": "s3", "tags": ["home"]},
+    {"content": "Caroline: Call her Biscuit, it suits a golden coat.",
+     "timestamp": JUNE, "session_id": "s3", "tags": ["home"]},
+    {"content": "Melanie: I am reading a novel about sailing around the world.",
+     "timestamp": JUNE, "session_id": "s3"},
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def embedder() -> OnnxMiniLMEmbedder:
+    return OnnxMiniLMEmbedder(batch_size=16, threads=2)
+
+
+def _open(data_dir: Path, embedder: OnnxMiniLMEmbedder, **index: Any) -> Store:
+    settings = Settings(data_dir=data_dir, index=IndexSettings(**index))
+    return Store.open(settings, create=True, embedder=embedder)
+
+
+@pytest.fixture(scope="module")
+def store(
+    tmp_path_factory: pytest.TempPathFactory, embedder: OnnxMiniLMEmbedder
+) -> Iterator[Store]:
+    """One indexed store for the read-only tests of this module."""
+    opened = _open(tmp_path_factory.mktemp("search"), embedder)
+    opened.add_memories(NS, CORPUS, now=NOW)
+    opened.indexer.sync()
+    yield opened
+    opened.index.close()
+    opened.close()
+
+
+@pytest.fixture
+def fresh(tmp_path: Path, embedder: OnnxMiniLMEmbedder) -> Iterator[Store]:
+    """A store of its own, for tests that change it."""
+    opened = _open(tmp_path, embedder)
+    yield opened
+    opened.close()
+
+
+def _search(store: Store, query: str, **fields: Any) -> SearchResult:
+    return store.searcher.search(SearchRequest(namespace=NS, query=query, **fields), now=NOW)
+
+
+def _contents(result: SearchResult) -> list[str]:
+    return [hit.memory.content for hit in result.hits]
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port  # nothing listens once the socket is closed
+
+
+# -- SQL is the truth --------------------------------------------------------------------------
+
+
+def test_search_memory_archived_before_index_sync_never_returned(fresh: Store) -> None:
+    ids = fresh.add_memories(NS, CORPUS[:2], now=NOW).ids
+    fresh.indexer.sync()
+    assert _contents(_search(fresh, "LGBTQ support group"))[0] == CORPUS[0]["content"]
+    fresh.repository.set_status(NS, [ids[0]], MemoryStatus.ARCHIVED, now=NOW, job="test")
+    assert fresh.repository.outbox_size() == 1  # the index still holds its vectors
+    result = _search(fresh, "LGBTQ support group")
+    assert ids[0] not in {hit.memory.id for hit in result.hits}
+    assert result.hits  # the other memory is still found
+
+
+def test_search_memory_archived_before_first_sync_never_returned(fresh: Store) -> None:
+    ids = fresh.add_memories(NS, CORPUS[:2], now=NOW).ids
+    _search(fresh, "support group")  # the lexical cache now holds both memories
+    fresh.repository.set_status(NS, [ids[0]], MemoryStatus.ARCHIVED, now=NOW, job="test")
+    fresh.indexer.sync()
+    assert ids[0] not in {hit.memory.id for hit in _search(fresh, "LGBTQ support group").hits}
+
+
+def test_search_chroma_unreachable_lexical_only_and_degraded(
+    tmp_path: Path, embedder: OnnxMiniLMEmbedder
+) -> None:
+    down = _open(tmp_path, embedder, chroma_url=f"http://127.0.0.1:{_closed_port()}")
+    down.add_memories(NS, CORPUS, now=NOW)
+    result = _search(down, "LGBTQ support group")
+    down.close()
+    assert result.degraded
+    assert result.degraded[0].startswith("vector index unavailable")
+    assert _contents(result)[0] == CORPUS[0]["content"]
+    assert all(hit.breakdown.dense == 0.0 for hit in result.hits)
+
+
+# -- filters -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pair", "expected_area"),
+    [
+        (("area", "NETWORK"), "NETWORK"),
+        (("area", "NETWORK_CONFIG"), "NETWORK_CONFIG"),
+        (("area", "networking"), "networking"),
+        (("urgent", "true"), "NETWORK"),
+        (("retries", "3"), "NETWORK_CONFIG"),
+    ],
+)
+def test_search_metadata_filter_exact_value_only(
+    store: Store, pair: tuple[str, str], expected_area: str
+) -> None:
+    result = _search(store, "router configuration network", filters=SearchFilters(metadata=(pair,)))
+    assert [hit.memory.metadata_["area"] for hit in result.hits] == [expected_area]
+
+
+def test_search_metadata_filter_missing_key_matches_nothing(store: Store) -> None:
+    filters = SearchFilters(metadata=(("owner", "NETWORK"),))
+    assert _search(store, "router configuration", filters=filters).hits == ()
+
+
+def test_search_type_filter_only_that_type(store: Store) -> None:
+    result = _search(store, "network", filters=SearchFilters(types=("fact",)))
+    assert len(result.hits) == 3
+    assert {hit.memory.type for hit in result.hits} == {"fact"}
+
+
+def test_search_tags_filter_requires_all_tags(store: Store) -> None:
+    result = _search(store, "painting sunrise puppy", filters=SearchFilters(tags=("home", "art")))
+    assert _contents(result) == [CORPUS[1]["content"]]
+
+
+def test_search_time_filter_since_inclusive_until_exclusive(store: Store) -> None:
+    may_only = SearchFilters(since=MAY, until=JUNE)
+    result = _search(store, "router Melanie Caroline", filters=may_only)
+    assert {hit.memory.event_time for hit in result.hits} == {MAY}
+    assert len(result.hits) == 2
+
+
+# -- ranking -----------------------------------------------------------------------------------
+
+
+def test_search_spreading_adds_timeline_neighbour_without_match(store: Store) -> None:
+    narrow = store.settings.retrieval.model_copy(
+        update={"dense_candidates": 1, "lexical_candidates": 1, "spread_seeds": 1}
+    )
+    searcher = type(store.searcher)(
+        repository=store.repository, index=lambda: store.index, lexical=store.lexical,
+        settings=narrow,
+    )  # fmt: skip
+    request = SearchRequest(namespace=NS, query="adopted puppy")
+    hits = searcher.search(request, now=NOW).hits
+    assert hits[0].memory.content == CORPUS[5]["content"]
+    neighbour = {hit.memory.content: hit for hit in hits}[CORPUS[6]["content"]]
+    assert neighbour.via == "spread"
+    assert neighbour.breakdown.lexical == 0.0
+    assert neighbour.breakdown.dense == 0.0
+    assert neighbour.breakdown.activation == pytest.approx(hits[0].breakdown.relevance)
+
+
+def test_search_k_limits_hits(store: Store) -> None:
+    assert len(_search(store, "router network", k=2).hits) == 2
+    assert _search(store, "router network", k=0).hits == ()
+
+
+def test_search_min_score_drops_lower_hits(store: Store) -> None:
+    everything = _search(store, "router configuration network", min_score=0.0)
+    threshold = everything.hits[2].score
+    kept = _search(store, "router configuration network", min_score=threshold)
+    assert 0 < len(kept.hits) < len(everything.hits)
+    assert all(hit.score >= threshold for hit in kept.hits)
+
+
+def test_search_breakdown_terms_sum_to_score(store: Store) -> None:
+    s = store.settings.retrieval
+    result = _search(store, "What did Melanie paint last year?")
+    assert result.hits
+    for hit in result.hits:
+        b = hit.breakdown
+        parts = (
+            s.w_lexical * b.lexical + s.w_dense * b.dense + s.w_context * b.context
+            + s.w_session * b.session + s.w_period * b.period
+        )  # fmt: skip
+        terms = s.w_sim * b.relevance + s.w_imp * b.importance + s.w_rec * b.recency
+        assert b.relevance == pytest.approx(parts)
+        assert hit.score == b.score == pytest.approx(terms + s.w_act * b.activation)
+        assert set(b.as_dict()) >= {"relevance", "importance", "recency", "activation", "score"}
+
+
+def test_search_hits_best_first_and_relevant_on_top(store: Store) -> None:
+    result = _search(store, "What did Melanie paint?")
+    scores = [hit.score for hit in result.hits]
+    assert scores == sorted(scores, reverse=True)
+    assert result.hits[0].memory.content == CORPUS[1]["content"]
+    assert result.degraded == ()
+
+
+def test_search_other_namespace_never_returned(store: Store) -> None:
+    request = SearchRequest(namespace="elsewhere", query="router configuration")
+    assert store.searcher.search(request, now=NOW).hits == ()
+
+
+# -- pure helpers ------------------------------------------------------------------------------
+
+
+def test_lexical_docs_date_in_words_before_content() -> None:
+    row = LexicalRow(memory_id=7, content="hello", event_time=MAY, session_id="s1")
+    (doc,) = lexical_docs([row])
+    assert (doc.memory_id, doc.text, doc.session_key) == (7, "7 May 2023 hello", "s1")
+
+
+@pytest.mark.parametrize(
+    ("stored", "wanted", "equal"),
+    [
+        ("NETWORK", "NETWORK", True),
+        ("NETWORK_CONFIG", "NETWORK", False),
+        ("networking", "NETWORK", False),
+        (True, "true", True),
+        (3, "3", True),
+        (3, "3.0", False),
+        (None, "null", True),
+        ({"b": 1, "a": [1, 2]}, '{"a":[1,2],"b":1}', True),
+    ],
+)
+def test_metadata_equals_whole_value_json_text(stored: object, wanted: str, equal: bool) -> None:
+    assert metadata_equals({"key": stored}, "key", wanted) is equal
+
+
+class ChainSource:
+    """Memories 1..n linked only by the timeline, held in memory."""
+
+    def __init__(self, n: int) -> None:
+        self.rows = {
+            i: Memory(
+                id=i,
+                namespace=NS,
+                content=f"m{i}",
+                type="event",
+                tags=[],
+                metadata_={},
+                base_importance=5.0,
+                pinned=False,
+                session_id=None,
+                status="active",
+                event_time=NOW - timedelta(days=i),
+                prev_id=i - 1 if i > 1 else None,
+                next_id=i + 1 if i < n else None,
+            )  # fmt: skip
+            for i in range(1, n + 1)
+        }
+
+    def active_memories(self, namespace: str, ids: Iterable[int]) -> dict[int, Memory]:
+        return {i: self.rows[i] for i in ids if i in self.rows}
+
+    def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
+        return []
+
+
+@pytest.mark.parametrize(("depth", "reached"), [(0, [1]), (1, [1, 2]), (2, [1, 2, 3])])
+def test_rank_spread_depth_bounds_reach(depth: int, reached: list[int]) -> None:
+    settings = RetrievalSettings(spread_depth=depth, spread_fanout=2)
+    evidence = Evidence(lexical={1: 1.0}, sessions={}, hits=(), periods=())
+    request = SearchRequest(namespace=NS, query="m1")
+    hits = rank(evidence, ChainSource(6), request, settings, now=NOW)
+    assert sorted(hit.memory.id for hit in hits) == reached
+    assert [hit.via for hit in hits if hit.memory.id != 1] == ["spread"] * (len(reached) - 1)
