@@ -124,6 +124,10 @@ class Settings(_Section):
     retrieval: RetrievalSettings = RetrievalSettings()
     reinforcement: ReinforcementSettings = ReinforcementSettings()
     llm: LlmSettings = LlmSettings()
+    # Defined at the end of the module; the lambda defers the name until a Settings is built.
+    schedule: ScheduleSettings = Field(default_factory=lambda: ScheduleSettings())
+    jobs: JobsSettings = Field(default_factory=lambda: JobsSettings())
+    guardrails: GuardrailSettings = Field(default_factory=lambda: GuardrailSettings())
 
     @field_validator("data_dir")
     @classmethod
@@ -217,3 +221,129 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
         message = "unknown option" if error["type"] == "extra_forbidden" else error["msg"]
         lines.append(f"config option '{key}'{where}: {message}")
     return "\n".join(lines)
+
+
+# -- the daemon's schedule -------------------------------------------------------------------
+
+# The scheduled jobs, in the order `secretary schedule show` lists them.
+SCHEDULED_JOBS = ("extractor", "linker", "auditor", "soul_mapper", "consolidator", "retention")
+
+
+class ScheduleSettings(_Section):
+    """When `secretary run` starts each job (a cron expression; "" = never) and how it runs them.
+
+    `secretary schedule set/pause/resume` store overrides in the database; they win over these.
+    """
+
+    # Cron expressions are read in this IANA time zone (e.g. "Europe/Berlin").
+    timezone: str = "UTC"
+    extractor: str = "*/15 * * * *"
+    linker: str = "20 * * * *"
+    auditor: str = "40 4 * * *"
+    soul_mapper: str = "0 5 * * 0"
+    consolidator: str = "0 3 * * *"
+    retention: str = "30 2 * * *"
+    # A run that could not start on time (daemon busy, suspended or stopped) still starts if it
+    # is at most this late; several missed runs of one job become one when `coalesce` is on.
+    misfire_grace_seconds: int = Field(default=3600, ge=1)
+    coalesce: bool = True
+    # Jobs that may run at once (on different namespaces; one namespace runs one job at a time).
+    workers: int = Field(default=2, ge=1, le=32)
+    # How often the daemon re-reads schedule changes made with `secretary schedule`.
+    poll_seconds: float = Field(default=5.0, gt=0, le=3600)
+    # On SIGTERM, how long to wait for the running job before exiting anyway (its transaction
+    # is then rolled back). Keep it below the unit's TimeoutStopSec.
+    stop_timeout_seconds: float = Field(default=60.0, ge=0)
+    # The store's daemon lease: renewed every third of this; a dead daemon's lease can be taken
+    # over once it has expired. Keep it well above the clock skew between hosts.
+    lease_seconds: float = Field(default=60.0, ge=5)
+    # Ping systemd's watchdog (when the unit sets WatchdogSec=) while the daemon is healthy.
+    watchdog: bool = True
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from secretary.scheduler import InvalidSchedule, zone
+
+        try:
+            zone(value)
+        except InvalidSchedule as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator(*SCHEDULED_JOBS)
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        from secretary.scheduler import InvalidSchedule, validate_cron
+
+        if not value.strip():
+            return ""
+        try:
+            return validate_cron(value)
+        except InvalidSchedule as exc:
+            raise ValueError(str(exc)) from None
+
+    def cron(self, job: str) -> str:
+        """Return the configured cron expression of ``job`` ("" = not scheduled)."""
+        return str(getattr(self, job))
+
+
+# -- the maintenance jobs and their guardrails -----------------------------------------------
+
+
+class JobsSettings(_Section):
+    """How the maintenance jobs work. Keys are flat (``linker_threshold``, not a sub-table) so
+    that every one can be overridden from the environment, e.g. SECRETARY_JOBS_BATCH_SIZE.
+    """
+
+    # "off": plans apply at once. "changes": plans that change existing memories (merge,
+    # supersede, archive, purge) wait for `secretary plans approve`; additions apply at once.
+    # "all": every plan waits.
+    approval: Literal["off", "changes", "all"] = "off"
+    # Items (log lines, memories) sent to the LLM per call.
+    batch_size: int = Field(default=20, ge=1, le=500)
+    # Most LLM calls one job run makes; what is left waits for the next run.
+    max_llm_calls_per_run: int = Field(default=10, ge=1, le=1000)
+    # Most new items (log lines, memories) one job run reads.
+    max_items_per_run: int = Field(default=500, ge=1, le=100_000)
+    # linker: an associative edge joins two memories at least this similar (cosine), at most
+    # linker_max_edges per new memory; linker_typed asks the LLM for causal/thematic edges.
+    linker_threshold: float = Field(default=0.7, ge=0, le=1)
+    linker_max_edges: int = Field(default=5, ge=0, le=100)
+    linker_typed: bool = True
+    # auditor: memories this similar are near duplicates judged together; preferences sharing a
+    # tag or this similar are about the same subject. Groups hold at most auditor_max_group.
+    auditor_near_threshold: float = Field(default=0.85, ge=0, le=1)
+    auditor_subject_threshold: float = Field(default=0.6, ge=0, le=1)
+    auditor_max_group: int = Field(default=6, ge=2, le=50)
+    # consolidator: event fragments within this many minutes of a cluster's first one and at
+    # least this similar to the cluster become one summary, once the window has passed.
+    consolidator_window_minutes: float = Field(default=180.0, gt=0)
+    consolidator_threshold: float = Field(default=0.5, ge=0, le=1)
+    consolidator_min_fragments: int = Field(default=2, ge=2, le=100)
+    consolidator_max_fragments: int = Field(default=12, ge=2, le=100)
+    # soul_mapper: most existing traits shown to the LLM (the most recent ones).
+    soul_mapper_max_traits: int = Field(default=50, ge=0, le=1000)
+    # retention: tombstones (superseded, merged, archived) untouched for this many days are
+    # purged; until then every change can be undone.
+    retention_undo_days: float = Field(default=30.0, ge=0)
+
+
+class GuardrailSettings(_Section):
+    """Limits on what one job run may change, checked before anything is written."""
+
+    # Protected memories are never merged, superseded, archived or rewritten by a job: pinned
+    # ones, those with importance >= protect_importance (11 = none) and those recalled in the
+    # last protect_accessed_days days (0 = none), unless allow_protected_changes is on.
+    protect_importance: int = Field(default=9, ge=1, le=11)
+    protect_accessed_days: float = Field(default=7.0, ge=0)
+    allow_protected_changes: bool = False
+    # A plan changing more existing memories than max_changes_per_run (0 = no limit), or more
+    # than max_change_share of the namespace's active memories (once it changes more than
+    # change_share_floor), is refused and recorded; nothing of it is applied.
+    max_changes_per_run: int = Field(default=200, ge=0)
+    max_change_share: float = Field(default=0.25, gt=0, le=1)
+    change_share_floor: int = Field(default=20, ge=0)
+
+
+Settings.model_rebuild()

@@ -116,12 +116,8 @@ class Memory(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     session_id: Mapped[str | None] = mapped_column(String(256))
-    prev_id: Mapped[int | None] = mapped_column(
-        Id, ForeignKey("memories.id", ondelete="SET NULL")
-    )
-    next_id: Mapped[int | None] = mapped_column(
-        Id, ForeignKey("memories.id", ondelete="SET NULL")
-    )
+    prev_id: Mapped[int | None] = mapped_column(Id, ForeignKey("memories.id", ondelete="SET NULL"))
+    next_id: Mapped[int | None] = mapped_column(Id, ForeignKey("memories.id", ondelete="SET NULL"))
     status: Mapped[str] = mapped_column(String(16), default=MemoryStatus.ACTIVE.value)
     # The memory that replaced this one (set when it is superseded or merged).
     replaced_by_id: Mapped[int | None] = mapped_column(
@@ -199,9 +195,7 @@ class MaintenanceRecord(Base):
     error: Mapped[str | None] = mapped_column(Text)
     # Undo links: an undo record points at what it undid, and the undone record back at it.
     undoes_id: Mapped[int | None] = mapped_column(Id, ForeignKey("maintenance_records.id"))
-    undone_by_id: Mapped[int | None] = mapped_column(
-        Id, ForeignKey("maintenance_records.id")
-    )
+    undone_by_id: Mapped[int | None] = mapped_column(Id, ForeignKey("maintenance_records.id"))
 
     __table_args__ = (Index("ix_records_namespace", "namespace", "started_at"),)
 
@@ -258,4 +252,29 @@ class JobState(Base):
     job: Mapped[str] = mapped_column(String(64), primary_key=True)
     namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
     state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DaemonLease(Base):
+    """Which daemon acts on this store: one row per lease, taken over only once it has expired."""
+
+    __tablename__ = "daemon_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))  # host:pid:uuid
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ScheduleEntry(Base):
+    """A job's schedule as changed with `secretary schedule`; it overrides the config file."""
+
+    __tablename__ = "schedule_entries"
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # None: the config file's expression applies.
+    cron: Mapped[str | None] = mapped_column(String(128))
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When the daemon last started this job, so that a restart can catch up a missed run.
+    last_fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

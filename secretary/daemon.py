@@ -1,0 +1,420 @@
+"""`secretary run`: the read API and the scheduled jobs in one process, supervised for systemd.
+
+The main thread supervises: it owns the signal handlers, renews the store's lease, pings the
+watchdog and re-reads the schedule. uvicorn serves the API in a thread of its own and
+APScheduler's pool runs the jobs. Every event reaches the main thread through one queue, so a
+signal handler only enqueues (``SimpleQueue.put`` is reentrant) and all real work happens in
+ordinary code, never inside a handler.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+from sqlalchemy.exc import SQLAlchemyError
+
+from secretary.clock import utc_now
+from secretary.config import Settings
+from secretary.dispatch import JobCalls, JobRunner, RunnerCalls
+from secretary.errors import ConfigError
+from secretary.lease import Lease, holder_id
+from secretary.notify import Notifier, watchdog_interval
+from secretary.scheduler import JobScheduler, ScheduleBook
+from store.db import check_schema, make_engine
+
+if TYPE_CHECKING:
+    from store.service import Store
+
+API_START_SECONDS = 60.0  # uvicorn binds and runs the app's startup well within this
+API_STOP_SECONDS = 15.0  # uvicorn's graceful shutdown (10 s) plus the reinforcement flush
+TERM, HUP, API_READY, API_STOPPED, LEASE_LOST = "term", "hup", "api-ready", "api-stopped", "lost"
+
+
+# -- the API thread ----------------------------------------------------------------------------
+
+
+class _Server:
+    """uvicorn's server, telling the supervisor once it listens (or that it stopped)."""
+
+    def __init__(self, store: Store, inbox: queue.SimpleQueue[str], clock: Callable[[], datetime]):
+        import uvicorn
+
+        from store.api import _route_uvicorn_logs, create_app
+
+        _route_uvicorn_logs()
+        api = store.settings.api
+        config = uvicorn.Config(
+            create_app(store, clock=clock),
+            host=api.host,
+            port=api.port,
+            log_config=None,
+            timeout_graceful_shutdown=10,
+        )
+
+        class Server(uvicorn.Server):
+            async def startup(self, sockets: Any = None) -> None:
+                await super().startup(sockets=sockets)
+                if self.started:
+                    inbox.put(API_READY)
+
+        self._server = Server(config)
+        self._inbox = inbox
+        self.address = f"http://{api.host}:{api.port}"
+        # Outside the main thread uvicorn installs no signal handlers: the supervisor owns them.
+        self._thread = threading.Thread(target=self._serve, name="api", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float) -> bool:
+        """Ask uvicorn to shut down (the app's lifespan then flushes); return whether it did."""
+        self._server.should_exit = True
+        if self._thread.ident is not None:  # never started: nothing to join
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _serve(self) -> None:
+        try:
+            self._server.run()
+        except SystemExit:
+            # uvicorn exits this way when it cannot listen (it logged why just before).
+            logger.error("the API server could not start")
+        finally:
+            self._inbox.put(API_STOPPED)
+
+
+# -- the supervisor ----------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class Every:
+    """Something the main loop does every ``seconds`` (monotonic time)."""
+
+    seconds: float
+    action: Callable[[], None]
+    next_at: float = 0.0
+
+    def due(self, now: float) -> bool:
+        if now < self.next_at:
+            return False
+        self.next_at = now + self.seconds
+        return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonResult:
+    code: int
+    # A job still ran when the stop bound ran out: the caller must end the process without
+    # joining its thread (os._exit); the database rolls the job's transaction back.
+    abandoned: bool = False
+
+
+RESTART_ONLY = ("data_dir", "database", "index", "api")
+
+
+def restart_needed(old: Settings, new: Settings) -> list[str]:
+    """Return the changed settings that a reload cannot apply (the process must restart)."""
+    changed = [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
+    for name in ("workers", "lease_seconds"):
+        if getattr(old.schedule, name) != getattr(new.schedule, name):
+            changed.append(f"schedule.{name}")
+    return changed
+
+
+class Daemon:
+    """Serves the API, fires the scheduled jobs and answers systemd until told to stop."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        settings: Settings,
+        reload_settings: Callable[[], Settings],
+        lease: Lease,
+        notifier: Notifier,
+        calls: JobCalls | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        environ: Mapping[str, str] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._reload_settings = reload_settings
+        self._lease = lease
+        self._notifier = notifier
+        self._monotonic = monotonic
+        self._inbox: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.runner = JobRunner(
+            calls or RunnerCalls(store), settings=settings, clock=clock, on_status=notifier.status
+        )
+        self.scheduler = JobScheduler(
+            book=ScheduleBook(store.engine),
+            settings=settings.schedule,
+            fire=self.runner.fire,
+            clock=clock,
+        )
+        self._api = _Server(store, self._inbox, clock)
+        env = os.environ if environ is None else environ
+        self._watchdog = watchdog_interval(env, os.getpid()) if settings.schedule.watchdog else None
+
+    def run(self) -> DaemonResult:
+        """Run until SIGTERM/SIGINT (exit 0), a lost lease or a dead API (exit 1)."""
+        wanted = ((signal.SIGTERM, TERM), (signal.SIGINT, TERM), (signal.SIGHUP, HUP))
+        previous = {number: signal.signal(number, self._enqueue(event)) for number, event in wanted}
+        try:
+            return self._run()
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _enqueue(self, event: str) -> Callable[[int, FrameType | None], None]:
+        def handler(_number: int, _frame: FrameType | None) -> None:
+            self._inbox.put(event)
+
+        return handler
+
+    def _run(self) -> DaemonResult:
+        self._api.start()
+        if not self._wait_for_api():
+            code = 0 if self.runner.stopping else 1  # a stop requested while starting is clean
+            return DaemonResult(code=code, abandoned=self._shutdown())
+        for change in self.scheduler.start():
+            logger.info("scheduled {}", change)
+        self._notifier.ready(f"serving {self._api.address}; scheduler started")
+        logger.info("daemon ready: API on {}, scheduler started", self._api.address)
+        code = self._loop()
+        return DaemonResult(code=code, abandoned=self._shutdown())
+
+    def _wait_for_api(self) -> bool:
+        deadline = self._monotonic() + API_START_SECONDS
+        while (left := deadline - self._monotonic()) > 0:
+            try:
+                # Keep the watchdog fed meanwhile: systemd may arm it before READY=1.
+                event = self._inbox.get(timeout=min(left, self._watchdog or left))
+            except queue.Empty:
+                if self._watchdog is not None and self._api.alive:
+                    self._notifier.watchdog()
+                continue
+            if event == API_READY:
+                return True
+            if event == TERM:
+                self.runner.stop()  # marks the stop as requested: the exit is then clean
+                return False
+            if event == API_STOPPED:
+                return False
+            if event == HUP:
+                logger.info("SIGHUP while starting: the config is read at start anyway")
+        logger.error("the API did not start within {:.0f} s", API_START_SECONDS)
+        return False
+
+    def _ticks(self) -> list[Every]:
+        schedule = self.settings.schedule
+        ticks = [
+            Every(seconds=schedule.poll_seconds, action=self._poll),
+            Every(seconds=schedule.lease_seconds / 3, action=self._renew),
+        ]
+        if self._watchdog is not None:
+            ticks.append(Every(seconds=self._watchdog, action=self._ping))
+        start = self._monotonic()
+        for tick in ticks:
+            tick.next_at = start + tick.seconds
+        return ticks
+
+    def _loop(self) -> int:
+        ticks = self._ticks()
+        while True:
+            wait = min(tick.next_at for tick in ticks) - self._monotonic()
+            try:
+                event: str | None = self._inbox.get(timeout=max(0.0, wait))
+            except queue.Empty:
+                event = None
+            if event == TERM:
+                logger.info("stop requested")
+                return 0
+            if event == HUP:
+                self._reload()
+            if event == API_STOPPED:
+                logger.error("the API server stopped unexpectedly: stopping the daemon")
+                return 1
+            if event == LEASE_LOST:
+                return 1
+            now = self._monotonic()
+            for tick in ticks:
+                if tick.due(now):
+                    tick.action()
+
+    def _poll(self) -> None:
+        try:
+            changes = self.scheduler.refresh()
+        except SQLAlchemyError as exc:
+            logger.warning("cannot read the schedule, trying again later: {}", exc)
+            return
+        for change in changes:
+            logger.info("schedule changed: {}", change)
+
+    def _renew(self) -> None:
+        try:
+            if self._lease.renew():
+                return
+            logger.error("the store's lease was taken over by another daemon: stopping")
+        except SQLAlchemyError as exc:
+            if not self._lease.expired():
+                logger.warning("cannot renew the store's lease, trying again: {}", exc)
+                return
+            logger.error("the store's lease expired while the database was unreachable: {}", exc)
+        self._inbox.put(LEASE_LOST)
+
+    def _ping(self) -> None:
+        # A hung API thread or a dead scheduler means no ping, and systemd restarts us.
+        if self._api.alive and self.scheduler.running:
+            self._notifier.watchdog()
+
+    def _reload(self) -> None:
+        self._notifier.reloading()
+        logger.info("SIGHUP: reloading the config")
+        try:
+            new = self._reload_settings()
+        except ConfigError as exc:
+            logger.error("config reload failed, keeping the running config: {}", exc)
+        else:
+            later = restart_needed(self.settings, new)
+            if later:
+                logger.warning("changes to {} take effect at the next restart", ", ".join(later))
+            self.settings = new
+            self.runner.settings = new
+            try:
+                changes = self.scheduler.refresh(new.schedule)
+            except SQLAlchemyError as exc:
+                logger.warning("cannot read the schedule, trying again later: {}", exc)
+                changes = []
+            for change in changes:
+                logger.info("schedule changed: {}", change)
+            logger.info("config reloaded; schedule re-applied ({} change(s))", len(changes))
+        self._notifier.ready(", ".join(self.runner.running()) or "idle")
+
+    def _shutdown(self) -> bool:
+        """Stop starting runs, wait (bounded) for the running ones, stop the API; True if a run
+        was abandoned."""
+        running = self.runner.running()
+        waiting = f": waiting for {', '.join(running)}" if running else ""
+        self._notifier.stopping(f"stopping{waiting}")
+        self.runner.stop()
+        self.scheduler.shutdown()
+        finished = self._wait_for_runs(self.settings.schedule.stop_timeout_seconds)
+        if not finished:
+            logger.warning(
+                "{} still running after {:.0f} s: exiting anyway; the database rolls it back",
+                ", ".join(self.runner.running()) or "a job",
+                self.settings.schedule.stop_timeout_seconds,
+            )
+        if not self._api.stop(API_STOP_SECONDS):
+            logger.warning("the API did not stop within {:.0f} s", API_STOP_SECONDS)
+        return not finished
+
+    def _wait_for_runs(self, bound: float) -> bool:
+        # The lease and the watchdog must outlive a long wait: renew and ping between slices.
+        deadline = self._monotonic() + bound
+        slice_ = min(self.settings.schedule.lease_seconds / 3, self._watchdog or bound)
+        while not self.runner.wait_idle(max(0.0, min(slice_, deadline - self._monotonic()))):
+            if self._monotonic() >= deadline:
+                return False
+            self._renew_quietly()
+            if self._watchdog is not None:
+                self._notifier.watchdog()
+        return True
+
+    def _renew_quietly(self) -> None:
+        try:
+            self._lease.renew()
+        except SQLAlchemyError as exc:
+            logger.warning("cannot renew the store's lease while stopping: {}", exc)
+
+
+def run_daemon(
+    settings: Settings,
+    *,
+    reload_settings: Callable[[], Settings],
+    clock: Callable[[], datetime] = utc_now,
+    environ: Mapping[str, str] | None = None,
+    calls: JobCalls | None = None,
+) -> DaemonResult:
+    """Take the store's lease, open the store and run the daemon. Raise LeaseHeld if another
+    daemon runs, SchemaError if the database needs `secretary db upgrade`.
+    """
+    notifier = Notifier.from_env(environ)
+    # The lease has an engine of its own: it is taken before the (slow) store opens, so that a
+    # second daemon is refused at once, and renewals never queue behind the jobs' connections.
+    engine = make_engine(settings.database_url)
+    try:
+        check_schema(engine)
+        lease = Lease(
+            engine,
+            holder=holder_id(),
+            ttl=timedelta(seconds=settings.schedule.lease_seconds),
+            clock=clock,
+        )
+        lease.acquire()
+        logger.info("holding the store's daemon lease as {}", lease.holder)
+        try:
+            return _run_with_store(
+                settings, reload_settings, lease, notifier, calls, clock, environ
+            )
+        finally:
+            _release(lease)
+    finally:
+        engine.dispose()
+        notifier.close()
+
+
+def _run_with_store(
+    settings: Settings,
+    reload_settings: Callable[[], Settings],
+    lease: Lease,
+    notifier: Notifier,
+    calls: JobCalls | None,
+    clock: Callable[[], datetime],
+    environ: Mapping[str, str] | None,
+) -> DaemonResult:
+    from store.service import Store
+
+    store = Store.open(settings)
+    try:
+        daemon = Daemon(
+            store=store,
+            settings=settings,
+            reload_settings=reload_settings,
+            lease=lease,
+            notifier=notifier,
+            calls=calls,
+            clock=clock,
+            environ=environ,
+        )
+        result = daemon.run()
+    finally:
+        store.close()
+    logger.info("daemon stopped (exit code {})", result.code)
+    return result
+
+
+def _release(lease: Lease) -> None:
+    try:
+        lease.release()
+    except SQLAlchemyError as exc:
+        logger.warning(
+            "could not release the store's lease (it expires on its own at {}): {}",
+            lease.expires_at,
+            exc,
+        )
