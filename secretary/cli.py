@@ -24,6 +24,7 @@ from secretary.cli_common import (
     pass_context,
 )
 from secretary.cli_daemon import run, schedule
+from secretary.cli_jobs import dream, plans
 from secretary.cli_records import records, undo
 from secretary.clock import parse_timestamp, utc_now
 from secretary.config import Settings
@@ -346,6 +347,8 @@ def _index_place(store: Any) -> str:
     return store.settings.index.chroma_url or str(store.settings.chroma_path)
 
 
+cli.add_command(dream)
+cli.add_command(plans)
 cli.add_command(run)
 cli.add_command(schedule)
 cli.add_command(records)

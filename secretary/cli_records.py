@@ -50,7 +50,7 @@ def records_list(
     as_json: bool,
 ) -> None:
     """List records, newest first."""
-    from store.undo import find_records, record_json
+    from store.records_view import find_records, record_json
 
     namespaces = (namespace,) if namespace else None
     with _store(ctx) as store:
@@ -85,7 +85,7 @@ def _record_line(view: Mapping[str, Any]) -> str:
 @pass_context
 def records_show(ctx: Context, record_id: int, as_json: bool) -> None:
     """Show one record with its operations, in order, and what each changed."""
-    from store.undo import get_record, record_detail_json
+    from store.records_view import get_record, record_detail_json
 
     with _store(ctx) as store:
         record, operations = get_record(store.repository, record_id)

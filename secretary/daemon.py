@@ -49,9 +49,8 @@ class _Server:
     def __init__(self, store: Store, inbox: queue.SimpleQueue[str], clock: Callable[[], datetime]):
         import uvicorn
 
-        from store.api import _route_uvicorn_logs, create_app
+        from store.api import create_app
 
-        _route_uvicorn_logs()
         api = store.settings.api
         config = uvicorn.Config(
             create_app(store, clock=clock),

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from secretary.config import ApiKey, ApiSettings, Settings
 from store.api import create_app
-from store.api_records import router
+from store.api.records import router
 from store.apply import apply_operations
 from store.errors import NotFound
 from store.models import MemoryStatus, RecordStatus

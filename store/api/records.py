@@ -13,12 +13,13 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
 from pydantic import BaseModel
 
+from store.api.auth import authenticate, presented_key
+from store.api.deps import MAX_ID, api_state
 from store.errors import NotFound
 from store.models import RecordStatus
+from store.records_view import find_records, get_record, record_detail_json, record_json
 from store.repository import Repository
-from store.undo import find_records, get_record, record_detail_json, record_json
 
-MAX_ID = 2**63 - 1
 MAX_LIMIT = 500
 
 
@@ -35,9 +36,6 @@ class RecordsAccess:
 
 def records_access(request: Request) -> RecordsAccess:
     """Resolve the caller with the app's key check (401 on a missing or unknown key)."""
-    # store.api includes this router, so importing it at the top would be circular.
-    from store.api import api_state, authenticate, presented_key
-
     state = api_state(cast(FastAPI, request.app))
     principal = authenticate(state.store.settings.api.keys, presented_key(request.headers))
     return RecordsAccess(repository=state.store.repository, namespaces=principal.namespaces)
@@ -49,6 +47,10 @@ Text = Annotated[str | None, Query(min_length=1, max_length=128)]
 
 
 class RecordOut(BaseModel):
+    # store.api.responses has a RecordOut too; the OpenAPI document then names each after its
+    # module, and this one kept the name it had as store/api_records.py.
+    __module__ = "store.api_records"
+
     id: int
     job: str
     namespace: str

@@ -1,0 +1,135 @@
+"""Guardrails on a plan, as pure functions over values: protection, the change cap, reply ids.
+
+The runner applies them between ``plan()`` and ``apply()``; nothing here reads or writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from secretary.config import GuardrailSettings
+from store.models import MemoryStatus
+from store.operations import CreateMemory, Operation, Purge, SetStatus, UpdateMemory
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProtectionFacts:
+    """What decides whether a memory is protected."""
+
+    id: int
+    pinned: bool
+    importance: int
+    last_accessed: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Filtered:
+    """The changes that may go ahead, and the protected memories the others would have hit."""
+
+    kept: tuple[int, ...]  # indexes of the kept changes
+    dropped: tuple[int, ...]  # indexes of the dropped changes
+    protected_hit: tuple[int, ...]  # protected memory ids the dropped changes touched
+
+
+def protected_ids(
+    facts: Iterable[ProtectionFacts], settings: GuardrailSettings, *, now: datetime
+) -> set[int]:
+    """Given memories, return the ids of those no job may retire or rewrite."""
+    if settings.allow_protected_changes:
+        return set()
+    recent = now - timedelta(days=settings.protect_accessed_days)
+    out: set[int] = set()
+    for fact in facts:
+        accessed = (
+            settings.protect_accessed_days > 0
+            and fact.last_accessed is not None
+            and fact.last_accessed >= recent
+        )
+        if fact.pinned or fact.importance >= settings.protect_importance or accessed:
+            out.add(fact.id)
+    return out
+
+
+def retired_or_rewritten(operations: Iterable[Operation]) -> set[int]:
+    """Return the existing memories the operations merge, supersede, archive or rewrite."""
+    ids: set[int] = set()
+    for op in operations:
+        if isinstance(op, SetStatus | UpdateMemory):
+            if isinstance(op, UpdateMemory) or op.status != MemoryStatus.ACTIVE:
+                ids.add(op.memory_id)
+        elif isinstance(op, CreateMemory):
+            # Taking a memory's place in the timeline only happens when it is merged away.
+            ids.update(op.replaces_in_timeline)
+    return ids
+
+
+def drop_protected(changes: Sequence[Sequence[Operation]], protected: Collection[int]) -> Filtered:
+    """Keep the changes that leave protected memories alone; a change stands or falls whole.
+
+    Dropping one operation of a merge (say, the fragment's status) would leave the rest
+    inconsistent, so the whole change goes.
+    """
+    kept: list[int] = []
+    dropped: list[int] = []
+    hit: set[int] = set()
+    for index, operations in enumerate(changes):
+        touched = retired_or_rewritten(operations) & set(protected)
+        if touched:
+            dropped.append(index)
+            hit.update(touched)
+        else:
+            kept.append(index)
+    return Filtered(kept=tuple(kept), dropped=tuple(dropped), protected_hit=tuple(sorted(hit)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChangeCount:
+    existing: int  # existing memories retired or rewritten
+    purged: int  # tombstones removed for good
+
+
+def count_changes(operations: Iterable[Operation]) -> ChangeCount:
+    """Count what a plan does to memories that already exist (creations do not count)."""
+    ops = list(operations)
+    purged = {op.memory_id for op in ops if isinstance(op, Purge)}
+    return ChangeCount(existing=len(retired_or_rewritten(ops) - purged), purged=len(purged))
+
+
+def cap_refusal(count: ChangeCount, active: int, settings: GuardrailSettings) -> str | None:
+    """Return why a plan is over the per-run cap, or None if it may be applied.
+
+    Purges count against the absolute cap only: they remove tombstones, which are no longer
+    among the active memories the share is measured against.
+    """
+    total = count.existing + count.purged
+    if settings.max_changes_per_run and total > settings.max_changes_per_run:
+        return (
+            f"the plan changes {total} memories, more than max_changes_per_run"
+            f" ({settings.max_changes_per_run})"
+        )
+    share_limit = settings.max_change_share * active
+    if count.existing > settings.change_share_floor and count.existing > share_limit:
+        return (
+            f"the plan changes {count.existing} of {active} active memories, more than"
+            f" max_change_share ({settings.max_change_share:.0%})"
+        )
+    return None
+
+
+def needs_approval(mode: str, operations: Sequence[Operation]) -> bool:
+    """Tell whether the approval mode ([jobs] approval) holds these operations back."""
+    if mode == "all":
+        return bool(operations)
+    if mode == "changes":
+        count = count_changes(operations)
+        return count.existing + count.purged > 0
+    return False
+
+
+def split_ids(referenced: Iterable[int], allowed: Collection[int]) -> tuple[set[int], set[int]]:
+    """Given ids from an LLM reply and the ids that were sent, return (known, unknown)."""
+    wanted = set(referenced)
+    known = wanted & set(allowed)
+    return known, wanted - known

@@ -1,0 +1,53 @@
+"""What the handlers share: the app's state, the caller, and the common parameters."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, cast
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+
+from store.api.auth import Principal, authenticate, presented_key
+from store.api.metrics import Metrics
+from store.reinforcement import Reinforcer
+from store.service import Store
+from store.workers import IndexWorker
+
+MAX_ID = 2**63 - 1  # beyond a 64-bit id the database driver itself would fail
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiState:
+    """What the handlers share; kept on ``app.state.secretary``."""
+
+    store: Store
+    clock: Callable[[], datetime]
+    reinforcer: Reinforcer
+    worker: IndexWorker
+    metrics: Metrics
+
+
+def api_state(app: FastAPI) -> ApiState:
+    return cast(ApiState, app.state.secretary)
+
+
+def _state(request: Request) -> ApiState:
+    return api_state(cast(FastAPI, request.app))
+
+
+async def _principal(request: Request) -> Principal:
+    keys = _state(request).store.settings.api.keys
+    return authenticate(keys, presented_key(request.headers))
+
+
+State = Annotated[ApiState, Depends(_state)]
+Caller = Annotated[Principal, Depends(_principal)]
+NamespaceParam = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=128,
+        description="Defaults to the key's only namespace, or 'default' when no keys are set.",
+    ),
+]
+MemoryId = Annotated[int, Path(ge=1, le=MAX_ID)]

@@ -1,0 +1,81 @@
+"""Refusals and the one JSON error shape every one of them, ours or FastAPI's, is sent in.
+
+``{"error": {"status": 422, "message": "...", "problems": [{"where": "...", "what": "..."}]}}``
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import cast
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from store.errors import ValidationFailed
+
+Problems = Sequence[tuple[str, str]]
+
+
+class ApiError(Exception):
+    """A request we refuse: an HTTP status, a message and the problems found."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        problems: Problems = (),
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.problems = list(problems)
+        self.headers = dict(headers or {})
+
+
+def error_response(
+    status: int, message: str, problems: Problems = (), headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    body = {
+        "error": {
+            "status": status,
+            "message": message,
+            "problems": [{"where": where, "what": what} for where, what in problems],
+        }
+    }
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+def _validation_problems(exc: RequestValidationError) -> list[tuple[str, str]]:
+    out = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ())) or "request"
+        out.append((where, str(error.get("msg", "invalid"))))
+    return out
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer ApiError, invalid requests, HTTP errors and rejected items in the one shape."""
+
+    async def api_error(_: Request, exc: Exception) -> Response:
+        err = cast(ApiError, exc)
+        return error_response(err.status, err.message, err.problems, err.headers)
+
+    async def invalid_request(_: Request, exc: Exception) -> Response:
+        problems = _validation_problems(cast(RequestValidationError, exc))
+        return error_response(422, "invalid request", problems)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        err = cast(StarletteHTTPException, exc)
+        problem = (f"{request.method} {request.url.path}", str(err.detail))
+        return error_response(err.status_code, str(err.detail), [problem], err.headers)
+
+    async def rejected(_: Request, exc: Exception) -> Response:
+        problems = cast(ValidationFailed, exc).problems
+        return error_response(422, "rejected, nothing written", problems)
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(ValidationFailed, rejected)

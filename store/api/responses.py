@@ -1,0 +1,79 @@
+"""The response models, for the OpenAPI document."""
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ErrorOut(BaseModel):
+    error: dict[str, Any]
+
+
+class AddOut(BaseModel):
+    ids: list[int]
+    created: list[int]
+    record_id: int | None
+
+
+class MemoryOut(BaseModel):
+    id: int
+    external_id: str | None
+    content: str
+    type: str
+    tags: list[str]
+    importance: int
+    event_time: str
+    session_id: str | None
+    metadata: dict[str, Any]
+
+
+class MemoryDetailOut(MemoryOut):
+    namespace: str
+    status: str
+    pinned: bool
+    source: str
+    base_importance: float
+    access_count: int
+    last_accessed: str | None
+    created_at: str
+    updated_at: str
+
+
+class HitOut(MemoryOut):
+    score: float
+    breakdown: dict[str, float]
+    via: str
+
+
+class SearchOut(BaseModel):
+    hits: list[HitOut]
+    degraded: list[str]
+
+
+class RecordOut(BaseModel):
+    # The records router has a RecordOut too; the OpenAPI document then names each after its
+    # module, and this one kept the name it had before store.api became a package.
+    __module__ = "store.api"
+
+    id: int
+    job: str
+    namespace: str
+    status: str
+    started_at: str
+    finished_at: str | None
+
+
+class HistoryOut(BaseModel):
+    memory_id: int
+    records: list[RecordOut]
+
+
+class HealthOut(BaseModel):
+    status: str
+    database: str
+    outbox: int | None
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 422)
+}

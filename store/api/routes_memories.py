@@ -1,0 +1,72 @@
+"""GET /v1/memories/{id} and its history: one memory, by id, within the caller's namespaces."""
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from store.api.auth import Principal, choose_namespace
+from store.api.deps import Caller, MemoryId, NamespaceParam, State
+from store.api.errors import ApiError
+from store.api.responses import ERRORS, HistoryOut, MemoryDetailOut
+from store.memory_view import memory_json
+from store.models import MaintenanceRecord
+
+
+def memory_not_found(memory_id: int) -> ApiError:
+    """The one 404 for a memory, whether it is missing or belongs to a namespace the key lacks."""
+    return ApiError(
+        404, f"memory {memory_id} does not exist", [("path.memory_id", "no such memory")]
+    )
+
+
+def _readable_namespace(caller: Principal, namespace: str | None, memory_id: int) -> str:
+    """Like choose_namespace, but a forbidden namespace looks exactly like a missing memory."""
+    try:
+        return choose_namespace(caller, namespace)
+    except ApiError as exc:
+        if exc.status == 403:
+            raise memory_not_found(memory_id) from None
+        raise
+
+
+def _record_view(record: MaintenanceRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "job": record.job,
+        "namespace": record.namespace,
+        "status": record.status,
+        "started_at": record.started_at.isoformat(),
+        "finished_at": record.finished_at.isoformat() if record.finished_at else None,
+    }
+
+
+def add_memory_routes(app: FastAPI) -> None:
+    @app.get(
+        "/v1/memories/{memory_id}",
+        response_model=MemoryDetailOut,
+        responses=ERRORS,
+        summary="One memory",
+    )
+    def get_memory(
+        state: State, caller: Caller, memory_id: MemoryId, namespace: NamespaceParam = None
+    ) -> dict[str, Any]:
+        ns = _readable_namespace(caller, namespace, memory_id)
+        memory = state.store.repository.get_memory(ns, memory_id)
+        if memory is None:
+            raise memory_not_found(memory_id)
+        return memory_json(memory, detail=True)
+
+    @app.get(
+        "/v1/memories/{memory_id}/history",
+        response_model=HistoryOut,
+        responses=ERRORS,
+        summary="The maintenance records that touched a memory, oldest first",
+    )
+    def get_history(
+        state: State, caller: Caller, memory_id: MemoryId, namespace: NamespaceParam = None
+    ) -> dict[str, Any]:
+        ns = _readable_namespace(caller, namespace, memory_id)
+        if state.store.repository.get_memory(ns, memory_id) is None:
+            raise memory_not_found(memory_id)
+        records = state.store.repository.memory_history(ns, memory_id)
+        return {"memory_id": memory_id, "records": [_record_view(r) for r in records]}

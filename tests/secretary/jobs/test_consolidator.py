@@ -1,0 +1,132 @@
+"""consolidator: close, similar event fragments -> one summary with the fragments' time span."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from store.search import SearchRequest
+from tests.secretary.jobs.conftest import DAY, NOW, World
+from tests.store.test_repository import timeline
+
+T = NOW - 2 * DAY
+MINUTE = timedelta(minutes=1)
+LATER = T + DAY  # the 3-hour window has long passed
+
+
+def episode(world: World) -> dict[str, int]:
+    ids = world.add(
+        [
+            {"content": "Breakfast with Anna at the bakery.", "timestamp": T - DAY},
+            {"content": "Maya went hiking in the Alps with Tom.", "timestamp": T},
+            {
+                "content": "Maya and Tom reached the Alps summit hiking.",
+                "timestamp": T + 20 * MINUTE,
+            },
+            {"content": "Maya paid her electricity bill.", "timestamp": T + 30 * MINUTE},
+            {"content": "Maya and Tom hiking down the Alps.", "timestamp": T + 40 * MINUTE},
+        ]
+    )
+    return dict(zip(["breakfast", "up", "top", "bill", "down"], ids, strict=True))
+
+
+def summary(source_ids: list[int]) -> dict[str, Any]:
+    return {
+        "summary": "On the day, Maya hiked up and down the Alps with Tom.",
+        "importance": 6,
+        "tags": ["hiking", "alps", "tom"],
+        "source_ids": source_ids,
+    }
+
+
+def test_consolidator_cluster_becomes_summary_spanning_its_fragments(world: World) -> None:
+    m = episode(world)
+    fragments = [m["up"], m["top"], m["down"]]
+    world.store.repository.add_relation(
+        "maya", m["up"], m["breakfast"], "thematic", strength=0.4, now=NOW, job="t"
+    )
+    world.reply(summary([*fragments, 999]))
+
+    outcome = world.run("consolidator", now=LATER)
+
+    assert outcome.status == "applied"
+    assert outcome.stats["dropped_ids"] == [999]
+    (made,) = [x for x in world.active() if x.type == "interaction_summary"]
+    assert made.event_time == T  # the earliest fragment's time, not "now"
+    assert made.metadata_["span_start"] == T.isoformat()
+    assert made.metadata_["span_end"] == (T + 40 * MINUTE).isoformat()
+    for fragment in fragments:
+        row = world.memory(fragment)
+        assert (row.status, row.replaced_by_id) == ("merged", made.id)
+    assert timeline(world.store.repository, "maya") == [m["breakfast"], made.id, m["bill"]]
+    edges = world.edges(made.id)
+    assert {(made.id, f, "derived_from") for f in fragments} <= edges
+    assert (made.id, m["breakfast"], "thematic") in edges  # inherited from a fragment
+    assert world.memory(m["bill"]).status == "active"
+
+
+def test_consolidator_summary_is_indexed_and_fragments_are_not(world: World) -> None:
+    m = episode(world)
+    world.store.indexer.sync()
+    world.reply(summary([m["up"], m["top"], m["down"]]))
+    world.run("consolidator", now=LATER)
+
+    world.store.indexer.sync()
+
+    (made,) = [x for x in world.active() if x.type == "interaction_summary"]
+    indexed = world.store.index.versions("maya")
+    assert made.id in indexed
+    assert not {m["up"], m["top"], m["down"]} & set(indexed)
+    assert world.store.indexer.verify("maya").clean
+    found = world.store.searcher.search(
+        SearchRequest(namespace="maya", query="Maya hiked the Alps with Tom", k=3, reinforce=False),
+        now=LATER,
+    )
+    hit_ids = [hit.memory.id for hit in found.hits]
+    assert hit_ids[0] == made.id
+    assert not {m["up"], m["top"], m["down"]} & set(hit_ids)
+
+
+def test_consolidator_second_cycle_with_nothing_new_makes_no_llm_call(world: World) -> None:
+    m = episode(world)
+    world.reply(summary([m["up"], m["top"], m["down"]]))
+    world.run("consolidator", now=LATER)
+
+    again = world.run("consolidator", now=LATER + DAY)
+
+    assert again.status == "nothing"
+    assert len(world.llm_requests) == 1
+
+
+def test_consolidator_episode_still_in_its_window_waits(world: World) -> None:
+    m = episode(world)
+
+    early = world.run("consolidator", now=T + 60 * MINUTE)
+
+    assert early.status == "nothing"
+    assert world.llm_requests == []
+    world.reply(summary([m["up"], m["top"], m["down"]]))
+    assert world.run("consolidator", now=LATER).status == "applied"
+
+
+def test_consolidator_without_model_leaves_cluster_alone(world: World) -> None:
+    world.configure(llm=False)
+    episode(world)
+
+    outcome = world.run("consolidator", now=LATER)
+
+    assert (outcome.status, outcome.message) == ("skipped", "LLM not configured")
+    assert outcome.stats["clusters"] == 1
+    assert len(world.active()) == 5
+    assert world.store.repository.job_state("consolidator", "maya") == {}
+
+
+def test_consolidator_reply_covering_one_fragment_changes_nothing(world: World) -> None:
+    m = episode(world)
+    world.reply(summary([m["up"]]))
+
+    outcome = world.run("consolidator", now=LATER)
+
+    assert outcome.status == "nothing"
+    assert outcome.stats["clusters_too_small"] == 1
+    assert len(world.active()) == 5

@@ -1,0 +1,168 @@
+"""Guardrails: protected memories, the per-run change cap and ids from replies."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from secretary.config import GuardrailSettings
+from secretary.jobs.guardrails import (
+    ChangeCount,
+    ProtectionFacts,
+    cap_refusal,
+    count_changes,
+    drop_protected,
+    protected_ids,
+    split_ids,
+)
+from store.models import MemoryStatus
+from store.operations import (
+    CreateMemory,
+    CreateRelation,
+    Operation,
+    Purge,
+    SetStatus,
+    UpdateMemory,
+)
+from tests.secretary.jobs.conftest import DAY, NOW, World
+from tests.secretary.jobs.test_auditor import paris_and_lyon, verdict
+
+
+def facts(memory_id: int, **values: object) -> ProtectionFacts:
+    base: dict[str, object] = {"pinned": False, "importance": 5, "last_accessed": None}
+    return ProtectionFacts(id=memory_id, **(base | values))  # type: ignore[arg-type]
+
+
+def test_protected_ids_pinned_important_or_recently_recalled() -> None:
+    settings = GuardrailSettings(protect_importance=9, protect_accessed_days=7)
+    memories = [
+        facts(1, pinned=True),
+        facts(2, importance=9),
+        facts(3, last_accessed=NOW - 2 * DAY),
+        facts(4, last_accessed=NOW - 30 * DAY),
+        facts(5),
+    ]
+
+    assert protected_ids(memories, settings, now=NOW) == {1, 2, 3}
+    allowed = settings.model_copy(update={"allow_protected_changes": True})
+    assert protected_ids(memories, allowed, now=NOW) == set()
+
+
+def test_drop_protected_drops_whole_changes_that_retire_or_rewrite_them() -> None:
+    merge: list[Operation] = [
+        UpdateMemory(memory_id=1, changes={"content": "x"}),
+        SetStatus(memory_id=2, status=MemoryStatus.MERGED, replaced_by=1),
+    ]
+    summary: list[Operation] = [
+        CreateMemory(
+            key="s",
+            content="s",
+            type="interaction_summary",
+            event_time=NOW,
+            replaces_in_timeline=(3, 4),
+        ),
+    ]
+    relate: list[Operation] = [CreateRelation(source=1, target=3, type="associative", strength=0.5)]
+
+    filtered = drop_protected([merge, summary, relate], {1, 4})
+
+    assert filtered.kept == (2,)  # relating a protected memory changes nothing about it
+    assert filtered.dropped == (0, 1)
+    assert filtered.protected_hit == (1, 4)
+
+
+def test_cap_refusal_absolute_and_share_of_active() -> None:
+    settings = GuardrailSettings(
+        max_changes_per_run=10, max_change_share=0.25, change_share_floor=2
+    )
+
+    assert cap_refusal(ChangeCount(existing=11, purged=0), 1000, settings) is not None
+    assert cap_refusal(ChangeCount(existing=3, purged=8), 1000, settings) is not None
+    assert cap_refusal(ChangeCount(existing=2, purged=0), 4, settings) is None  # the floor
+    assert cap_refusal(ChangeCount(existing=3, purged=0), 8, settings) is not None
+    assert cap_refusal(ChangeCount(existing=3, purged=0), 12, settings) is None
+    assert cap_refusal(ChangeCount(existing=0, purged=5), 0, settings) is None
+
+
+def test_count_changes_ignores_creations() -> None:
+    ops: list[Operation] = [
+        CreateMemory(key="k", content="c", type="fact", event_time=NOW),
+        CreateRelation(source="k", target=1, type="derived_from", strength=1.0),
+        SetStatus(memory_id=1, status=MemoryStatus.SUPERSEDED, replaced_by="k"),
+        SetStatus(memory_id=9, status=MemoryStatus.ACTIVE),
+        Purge(memory_id=7),
+    ]
+
+    assert count_changes(ops) == ChangeCount(existing=1, purged=1)
+
+
+def test_split_ids_separates_ids_that_were_not_sent() -> None:
+    assert split_ids([1, 2, 99, 2], {1, 2, 3}) == ({1, 2}, {99})
+
+
+def test_run_job_protected_memory_is_not_superseded(world: World) -> None:
+    old, new = paris_and_lyon(world, pinned=True)
+    world.reply({"verdicts": [verdict(old, "supersede", superseded_by=new), verdict(new)]})
+
+    outcome = world.run("auditor")
+
+    assert world.memory(old).status == "active"
+    assert outcome.stats["dropped_protected"] == 1
+    assert outcome.stats["protected_ids"] == [old]
+
+
+def test_run_job_recently_recalled_duplicate_is_not_merged(world: World) -> None:
+    world.memories(content="The user is allergic to peanuts.", type="fact", session_id="a")
+    (twin,) = world.memories(
+        content="The user is allergic to peanuts.", type="fact", session_id="b"
+    )
+    world.store.repository.reinforce({twin: 1}, now=NOW - DAY, step=0.1, max_boost=1.0)
+
+    outcome = world.run("auditor")
+
+    assert len(world.active()) == 2
+    assert outcome.stats["protected_ids"] == [twin]
+    record = world.records()[-1]
+    assert (record.id, record.job) == (outcome.record_id, "auditor")
+    assert record.stats["dropped_protected"] == 1
+
+
+def test_run_job_over_the_change_cap_is_refused_and_recorded(world: World) -> None:
+    world.configure(guardrails={"max_changes_per_run": 3})
+    for session in "abcde":
+        world.memories(content="The user is allergic to peanuts.", type="fact", session_id=session)
+
+    outcome = world.run("auditor")
+
+    assert outcome.status == "refused"
+    assert "max_changes_per_run" in outcome.message
+    assert len(world.active()) == 5  # nothing applied
+    (record,) = world.records()[-1:]
+    assert record.status == "refused"
+    assert "max_changes_per_run" in record.stats["refused"]
+    assert world.store.repository.job_state("auditor", "maya") == {}
+    assert world.llm_requests == []
+
+
+def test_run_job_over_the_share_of_active_memories_is_refused(world: World) -> None:
+    world.configure(guardrails={"change_share_floor": 1, "max_change_share": 0.25})
+    for session in "abcd":
+        world.memories(content="The user is allergic to peanuts.", type="fact", session_id=session)
+
+    outcome = world.run("auditor")
+
+    assert outcome.status == "refused"
+    assert "3 of 4 active memories" in outcome.message
+    assert len(world.active()) == 4
+
+
+def test_run_job_refusal_is_retried_within_limits_next_time(world: World) -> None:
+    world.configure(guardrails={"max_changes_per_run": 1})
+    for session in "ab":
+        world.memories(content="The user is allergic to peanuts.", type="fact", session_id=session)
+    world.memories(content="The user is allergic to peanuts.", type="fact", session_id="c")
+    assert world.run("auditor").status == "refused"
+
+    world.configure(guardrails={"max_changes_per_run": 5})
+
+    assert world.run("auditor", now=NOW + timedelta(minutes=1)).status == "applied"
+    assert len(world.active()) == 1

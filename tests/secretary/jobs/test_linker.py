@@ -1,0 +1,92 @@
+"""linker: associative edges from embedding neighbours; typed edges from the LLM."""
+
+from __future__ import annotations
+
+from secretary.jobs.linker import associative_edges
+from tests.secretary.jobs.conftest import NOW, World
+
+
+def hiking(world: World) -> tuple[int, int, int]:
+    # FakeEmbedder: the two hiking memories share most words, the bill shares none.
+    ids = world.add(
+        [
+            {"content": "Maya went hiking in the Alps with Tom."},
+            {"content": "Maya and Tom hiking down the Alps."},
+            {"content": "Maya paid her electricity bill."},
+        ]
+    )
+    return ids[0], ids[1], ids[2]
+
+
+def test_linker_similar_memories_get_associative_edge_without_llm(world: World) -> None:
+    world.configure(llm=False, jobs={"linker_threshold": 0.6})
+    up, down, bill = hiking(world)
+
+    outcome = world.run("linker")
+
+    assert outcome.status == "applied"
+    assert world.edges(up) == {(up, down, "associative")}
+    assert world.edges(bill) == set()
+    assert world.llm_requests == []
+    assert "LLM not configured" in outcome.message
+    assert world.run("linker").status == "nothing"  # nothing new, nothing done
+
+
+def test_linker_finds_older_neighbours_through_the_vector_index(world: World) -> None:
+    world.configure(llm=False, jobs={"linker_threshold": 0.6})
+    (up,) = world.memories(content="Maya went hiking in the Alps with Tom.")
+    world.run("linker")  # indexes the first memory (outbox sync) and moves the watermark
+    (down,) = world.memories(content="Maya and Tom hiking down the Alps.")
+
+    outcome = world.run("linker")
+
+    assert outcome.stats["new_memories"] == 1
+    assert world.edges(down) == {(up, down, "associative")}
+
+
+def test_linker_typed_relations_from_llm_within_the_group(world: World) -> None:
+    world.configure(jobs={"linker_threshold": 0.6})
+    up, down, bill = hiking(world)
+    world.reply(
+        {
+            "relations": [
+                {
+                    "source_id": up,
+                    "target_id": down,
+                    "type": "causal",
+                    "strength": 0.8,
+                    "description": "Going up came before going down.",
+                },
+                {
+                    "source_id": up,
+                    "target_id": bill,
+                    "type": "thematic",
+                    "strength": 0.5,
+                    "description": "Not in the group.",
+                },
+                {
+                    "source_id": up,
+                    "target_id": 4040,
+                    "type": "thematic",
+                    "strength": 0.5,
+                    "description": "Invented id.",
+                },
+            ]
+        }
+    )
+
+    outcome = world.run("linker")
+
+    assert world.edges(up) == {(up, down, "associative"), (up, down, "causal")}
+    assert outcome.stats["dropped_ids"] == [bill, 4040]
+    assert len(world.llm_requests) == 1  # one group: the bill has no neighbour to relate to
+    assert world.run("linker", now=NOW).status == "nothing"
+    assert len(world.llm_requests) == 1
+
+
+def test_associative_edges_keep_the_strongest_per_memory_and_skip_existing() -> None:
+    edges = [(1, 2, 0.9), (1, 3, 0.8), (1, 4, 0.7), (2, 5, 0.95)]
+
+    chosen = associative_edges([1], edges, max_per_memory=2, existing={(1, 2)})
+
+    assert chosen == [(1, 3, 0.8)]

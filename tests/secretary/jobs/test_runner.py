@@ -1,0 +1,252 @@
+"""The job boundary: failures, retries, budgets, the change cap, protection, dry runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from secretary.jobs.base import UnknownJob
+from secretary.jobs.extractor import Extractor
+from secretary.jobs.runner import JOBS, RecordLedger, namespaces_with_work, run_cycle, run_job
+from tests.helpers.openai_server import CHAT_COMPLETIONS, chat_reply, error_reply
+from tests.secretary.jobs.conftest import HOUR, NOW, World
+
+GOOD = {
+    "memories": [
+        {
+            "content": "The user adopted a cat named Miso.",
+            "type": "event",
+            "importance": 6,
+            "tags": ["cat", "pets", "miso"],
+            "source_log_ids": [1],
+        }
+    ]
+}
+
+
+def three_logs(world: World) -> list[int]:
+    return world.logs(
+        [
+            ("user", "I adopted a cat, Miso.", NOW - 3 * HOUR),
+            ("user", "Miso sleeps on my keyboard.", NOW - 2 * HOUR),
+            ("user", "I am allergic to peanuts.", NOW - HOUR),
+        ]
+    )
+
+
+def assert_failed_and_nothing_applied(world: World, error: str) -> None:
+    (record,) = world.records()
+    assert record.status == "failed"
+    assert error in (record.error or "")
+    assert world.active() == []
+    assert world.store.repository.job_state("extractor", "maya") == {}
+
+
+def test_run_job_malformed_json_fails_cleanly_with_record(world: World) -> None:
+    three_logs(world)
+    world.reply("this is not JSON {", "still not JSON")
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "failed"
+    assert "LlmInvalidReply" in outcome.message
+    assert_failed_and_nothing_applied(world, "invalid reply")
+    (record,) = world.records()
+    assert record.tokens_in == 20  # both the reply and the repair attempt were paid for
+    assert record.prompts[0]["id"] == "extractor"
+
+
+def test_run_job_schema_violation_fails_cleanly_with_record(world: World) -> None:
+    three_logs(world)
+    bad = json.loads(json.dumps(GOOD))
+    bad["memories"][0]["importance"] = 42
+    world.reply(bad, bad)
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "failed"
+    assert_failed_and_nothing_applied(world, "importance")
+
+
+def test_run_job_rate_limited_then_success_applies(world: World) -> None:
+    three_logs(world)
+    world.server.enqueue(CHAT_COMPLETIONS, error_reply(429, "slow down"))
+    world.reply(GOOD)
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "applied"
+    assert len(world.llm_requests) == 2
+    assert len(world.active()) == 1
+
+
+def test_run_job_server_errors_outlast_retries_fail_with_record(world: World) -> None:
+    three_logs(world)
+    world.configure(max_attempts=2)
+    world.server.enqueue(CHAT_COMPLETIONS, error_reply(500), error_reply(503))
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "failed"
+    assert len(world.llm_requests) == 2
+    assert_failed_and_nothing_applied(world, "LlmCallFailed")
+
+
+def test_run_job_timeouts_fail_with_record(world: World) -> None:
+    three_logs(world)
+    world.configure(max_attempts=2, timeout_seconds=0.3)
+    slow = chat_reply(json.dumps(GOOD), delay=1.0)
+    world.server.enqueue(CHAT_COMPLETIONS, slow, slow)
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "failed"
+    assert_failed_and_nothing_applied(world, "LlmCallFailed")
+
+
+def test_run_job_budget_reached_mid_run_applies_finished_batches_only(world: World) -> None:
+    log_ids = three_logs(world)
+    # One line per call; the first call's reported usage leaves no room for a second one.
+    world.configure(jobs={"batch_size": 1}, max_tokens_per_run=3000)
+    world.reply(GOOD, prompt_tokens=2500)
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "applied"
+    assert "budget" in outcome.stats["stopped"]
+    assert len(world.llm_requests) == 1
+    assert len(world.active()) == 1
+    assert world.store.repository.job_state("extractor", "maya") == {"watermark": log_ids[0]}
+    (record,) = world.records()
+    assert record.status == "applied"
+    assert record.tokens_in == 2500
+    assert "budget" in record.stats["stopped"]
+
+
+def test_run_job_budget_exhausted_before_any_call_is_refused_and_recorded(world: World) -> None:
+    three_logs(world)
+    world.configure(max_tokens_per_run=50)
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "refused"
+    assert "budget" in outcome.message
+    assert world.llm_requests == []
+    assert world.store.repository.job_state("extractor", "maya") == {}
+    (record,) = world.records()
+    assert record.status == "refused"
+    assert "budget" in record.stats["stopped"]
+
+
+def test_record_ledger_counts_the_days_recorded_tokens(world: World) -> None:
+    three_logs(world)
+    world.reply(GOOD, prompt_tokens=400)
+    world.run("extractor")
+    ledger = RecordLedger(world.store.repository)
+
+    ledger.add("maya", NOW.date(), 7)
+
+    assert ledger.used_today("maya", NOW.date()) == 401 + 7
+    assert ledger.used_today("maya", (NOW + 24 * HOUR).date()) == 0
+    assert ledger.used_today("other", NOW.date()) == 0
+
+
+def test_run_job_day_budget_spent_by_earlier_runs_stops_the_next(world: World) -> None:
+    three_logs(world)
+    world.configure(jobs={"batch_size": 1}, max_tokens_per_day=3000)
+    world.reply(GOOD, prompt_tokens=2500)
+    world.run("extractor")
+
+    outcome = world.run("extractor")  # a new run: its own budget, but the same day
+
+    assert outcome.status == "refused"
+    assert "per day" in outcome.message
+    assert len(world.llm_requests) == 1
+
+
+def test_run_job_unexpected_error_is_recorded_as_failed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: Extractor, ctx: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(Extractor, "plan", broken)
+
+    outcome = world.run("extractor")
+
+    assert (outcome.status, outcome.message) == ("failed", "RuntimeError: disk on fire")
+    (record,) = world.records()
+    assert (record.status, record.error) == ("failed", "RuntimeError: disk on fire")
+
+
+def test_run_job_keyboard_interrupt_is_recorded_and_reraised(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(self: Extractor, ctx: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Extractor, "plan", interrupted)
+
+    with pytest.raises(KeyboardInterrupt):
+        world.run("extractor")
+    assert [r.status for r in world.records()] == ["failed"]
+
+
+def test_run_job_dry_run_plans_but_writes_nothing(world: World) -> None:
+    three_logs(world)
+    world.reply(GOOD)
+
+    outcome = world.run("extractor", dry_run=True)
+
+    assert outcome.status == "planned"
+    assert outcome.plan is not None
+    assert len(outcome.plan.changes) == 1
+    assert world.records() == []
+    assert world.active() == []
+    assert world.store.repository.job_state("extractor", "maya") == {}
+
+
+def test_run_job_unknown_name_raises(world: World) -> None:
+    with pytest.raises(UnknownJob, match="dreaming"):
+        world.run("dreaming")
+
+
+def test_run_cycle_without_model_runs_deterministic_jobs_only(world: World) -> None:
+    world.configure(llm=False)
+    three_logs(world)
+    world.memories(content="The user likes green tea.", type="preference")
+
+    outcomes = run_cycle(world.store, world.settings, now=NOW)
+
+    by_job = {o.job: o for o in outcomes}
+    assert list(by_job) == list(JOBS)
+    assert by_job["extractor"].status == "skipped"
+    assert by_job["soul_mapper"].status == "skipped"
+    assert by_job["retention"].status == "nothing"
+    assert world.llm_requests == []
+
+
+def test_namespaces_with_work_lists_memory_and_log_namespaces(world: World) -> None:
+    world.memories(content="a memory")
+    world.store.add_logs(
+        "other",
+        [{"session_id": "s", "role": "user", "content": "hi", "timestamp": NOW.isoformat()}],
+        now=NOW,
+    )
+
+    assert namespaces_with_work(world.store) == ["maya", "other"]
+
+
+def test_run_job_pending_plan_blocks_the_next_run(world: World) -> None:
+    world.configure(jobs={"approval": "all"})
+    three_logs(world)
+    world.reply(GOOD)
+    planned = world.run("extractor")
+    assert planned.status == "planned"
+
+    again = run_job(world.store, world.settings, "extractor", "maya", now=NOW)
+
+    assert again.status == "skipped"
+    assert f"#{planned.record_id}" in again.message
+    assert len(world.llm_requests) == 1

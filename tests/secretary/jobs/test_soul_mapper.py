@@ -1,0 +1,92 @@
+"""soul_mapper: events and facts -> traits with confidence and evidence links."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.secretary.jobs.conftest import DAY, NOW, World
+
+
+def trait(
+    text: str, evidence: list[int], updates: int | None = None, confidence: float = 0.7
+) -> dict[str, Any]:
+    return {
+        "trait": text,
+        "confidence": confidence,
+        "evidence_ids": evidence,
+        "updates_trait_id": updates,
+    }
+
+
+def runs(world: World) -> tuple[int, int]:
+    first, second = world.add(
+        [
+            {"content": "Maya ran 10 km before work.", "timestamp": NOW - 3 * DAY},
+            {
+                "content": "Maya signed up for a half marathon.",
+                "type": "fact",
+                "timestamp": NOW - DAY,
+            },
+        ]
+    )
+    return first, second
+
+
+def test_soul_mapper_events_create_trait_with_evidence_links(world: World) -> None:
+    first, second = runs(world)
+    world.reply({"traits": [trait("The user is a keen runner.", [first, second, 555])]})
+
+    outcome = world.run("soul_mapper")
+
+    assert outcome.status == "applied"
+    (made,) = [m for m in world.active() if m.metadata_.get("trait") is True]
+    assert made.type == "preference"
+    assert made.metadata_["confidence"] == 0.7
+    assert made.event_time == NOW - DAY  # its latest evidence, not "now"
+    assert world.edges(made.id) == {
+        (made.id, first, "derived_from"),
+        (made.id, second, "derived_from"),
+    }
+    assert outcome.stats["dropped_ids"] == [555]
+    assert world.run("soul_mapper").status == "nothing"
+    assert len(world.llm_requests) == 1
+
+
+def test_soul_mapper_updated_trait_supersedes_previous_version(world: World) -> None:
+    (old,) = world.memories(
+        content="The user runs now and then.",
+        type="preference",
+        metadata={"trait": True, "confidence": 0.4},
+        timestamp=NOW - 30 * DAY,
+    )
+    _, second = runs(world)
+    world.reply(
+        {"traits": [trait("The user trains for races.", [second], updates=old, confidence=0.8)]}
+    )
+
+    outcome = world.run("soul_mapper")
+
+    assert outcome.status == "applied"
+    previous = world.memory(old)
+    assert previous.status == "superseded"
+    revised = world.memory(previous.replaced_by_id or 0)
+    assert revised.content == "The user trains for races."
+    assert revised.metadata_ == {
+        "trait": True,
+        "confidence": 0.8,
+        "evidence_ids": [second],
+        "previous_trait_id": old,
+    }
+    sent = world.llm_requests[0]["messages"][-1]["content"]
+    assert "runs now and then" in sent.split("<traits>")[1].split("</traits>")[0]
+
+
+def test_soul_mapper_unknown_trait_to_update_is_dropped(world: World) -> None:
+    first, _ = runs(world)
+    world.reply({"traits": [trait("The user is a runner.", [first], updates=first)]})
+
+    outcome = world.run("soul_mapper")
+
+    assert outcome.status == "nothing"  # memory `first` is evidence, not a trait it may revise
+    assert outcome.stats["dropped_ids"] == [first]
+    assert world.memory(first).status == "active"
