@@ -5,12 +5,14 @@ Thin commands over ``secretary.jobs.runner``; registered on the main group by ``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from secretary.cli_common import Context, _store, _sync, pass_context
 from secretary.clock import utc_now
+from secretary.errors import SecretaryError
 from secretary.jobs import JOB_NAMES
 
 if TYPE_CHECKING:
@@ -39,10 +41,13 @@ def dream(ctx: Context, job_names: tuple[str, ...], namespace: str | None, dry_r
     \b
     Each job only looks at what changed since its last run. Jobs that need the LLM are
     skipped while no model is configured ([llm] model). Exit code 1 if a job failed.
+    Refused while a daemon runs on the store (its jobs would race these).
     """
     from secretary.jobs.runner import run_cycle
 
     with _store(ctx) as store:
+        if not dry_run:
+            _refuse_if_daemon_running(store)
         outcomes = run_cycle(
             store,
             ctx.settings,
@@ -61,6 +66,25 @@ def dream(ctx: Context, job_names: tuple[str, ...], namespace: str | None, dry_r
         click.echo("no namespace has memories or logs yet")
     if any(outcome.status == "failed" for outcome in outcomes):
         raise SystemExit(1)
+
+
+def _refuse_if_daemon_running(store: Any) -> None:
+    from secretary.lease import current_lease
+
+    held = current_lease(store.engine)
+    if held is not None and held.expires_at > utc_now():
+        raise DaemonRunning(held.holder, held.expires_at)
+
+
+class DaemonRunning(SecretaryError):
+    exit_code = 75
+
+    def __init__(self, holder: str, expires_at: datetime) -> None:
+        super().__init__(
+            f"a secretary daemon ({holder}) runs on this store, and its scheduled jobs would race"
+            " these: stop it first, or change its schedule with `secretary schedule set`"
+            f" (its lease runs until {expires_at.isoformat(timespec='seconds')})"
+        )
 
 
 @click.group()

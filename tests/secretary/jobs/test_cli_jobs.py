@@ -119,3 +119,29 @@ def test_plans_reject(data_dir: Path, run: Run, monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize("command", [dream, plans, *plans.commands.values()])
 def test_job_commands_have_help(command: click.Command) -> None:
     assert command.help
+
+
+def test_dream_while_daemon_holds_lease_refused(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from click.testing import CliRunner
+
+    from secretary.cli import cli
+    from secretary.config import load_settings
+    from secretary.lease import Lease
+    from store.service import Store
+
+    runner = CliRunner()
+    args = ["--data-dir", str(tmp_path / "data")]
+    assert runner.invoke(cli, [*args, "init"]).exit_code == 0
+    store = Store.open(load_settings(None, {}, data_dir=tmp_path / "data"))
+    try:
+        with Lease(store.engine, holder="host:1:abc", ttl=timedelta(minutes=5)):
+            result = runner.invoke(cli, [*args, "dream"])
+            assert result.exit_code == 75
+            assert "daemon (host:1:abc) runs on this store" in result.stderr
+            dry = runner.invoke(cli, [*args, "dream", "--dry-run"])
+            assert dry.exit_code == 0, dry.output
+        assert runner.invoke(cli, [*args, "dream"]).exit_code == 0
+    finally:
+        store.close()
