@@ -67,17 +67,17 @@ class RetrievalSettings(_Section):
     """Weights of the final score and the shape of the search; defaults come from bench/locomo."""
 
     w_sim: float = Field(default=1.0, ge=0)
-    w_imp: float = Field(default=0.05, ge=0)
-    w_rec: float = Field(default=0.02, ge=0)
-    w_act: float = Field(default=0.3, ge=0)
+    w_imp: float = Field(default=0.1, ge=0)
+    w_rec: float = Field(default=0.05, ge=0)
+    w_act: float = Field(default=0.4, ge=0)
     # Importance decays with this half-life (lambda = ln 2 / half-life); 0 turns decay off.
     half_life_days: float = Field(default=90.0, ge=0)
     recency_half_life_days: float = Field(default=30.0, gt=0)
     # Parts of the relevance score.
-    w_lexical: float = Field(default=0.45, ge=0)
-    w_dense: float = Field(default=0.35, ge=0)
-    w_context: float = Field(default=0.15, ge=0)
-    w_session: float = Field(default=0.25, ge=0)
+    w_lexical: float = Field(default=1.0, ge=0)
+    w_dense: float = Field(default=1.0, ge=0)
+    w_context: float = Field(default=0.25, ge=0)
+    w_session: float = Field(default=0.75, ge=0)
     w_period: float = Field(default=0.1, ge=0)
     anchors: int = Field(default=50, ge=1, le=1000)
     dense_candidates: int = Field(default=200, ge=1, le=5000)

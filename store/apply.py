@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from store.changeset import ChangeSet
 from store.errors import NotFound, ValidationFailed
-from store.models import MaintenanceRecord, Memory, MemoryRelation, MemoryStatus
+from store.models import MaintenanceRecord, Memory, MemoryRelation, MemoryStatus, RecordStatus
 from store.operations import (
     UPDATABLE,
     CreateMemory,
@@ -39,6 +39,19 @@ class RecordInfo:
     cost: float | None = None
     stats: Mapping[str, Any] = field(default_factory=dict)
     status: str = "applied"
+    error: str | None = None  # why a failed run failed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """A pending (planned) record that the operations settle, in their transaction.
+
+    The settled record's stats gain ``note`` and ``applied_as``: the id of the new record.
+    """
+
+    record_id: int
+    status: str = RecordStatus.APPLIED.value
+    note: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,20 +69,30 @@ def apply_operations(
     now: datetime,
     info: RecordInfo = RecordInfo(),
     job_state: Mapping[str, Any] | None = None,
+    keep_empty_record: bool = False,
+    resolve: Resolution | None = None,
 ) -> Applied:
     """Perform ``operations`` in order with one record; commit all or nothing.
 
-    ``job_state`` (a watermark, say) is saved in the same transaction. Raise NotFound if an
-    operation names a memory that is not in the namespace.
+    ``job_state`` (a watermark, say) is saved and ``resolve`` settled in the same transaction.
+    If nothing changes, the record is dropped unless ``keep_empty_record`` (tokens were spent).
+    Raise NotFound if an operation names a memory that is not in the namespace, or if the
+    record to resolve is not pending (checked before any operation).
     """
-    with repository.changing(namespace, job, now) as (session, changes):
+    transaction = repository.changing(namespace, job, now, keep_empty=keep_empty_record)
+    with transaction as (session, changes):
         _fill_record(changes.record, info)
+        if resolve is not None:
+            note = {**resolve.note, "applied_as": changes.record.id}
+            repository.resolve_record(
+                session, resolve.record_id, status=resolve.status, stats_update=note, now=now
+            )
         applier = _Applier(session=session, changes=changes, namespace=namespace, now=now)
         for op in operations:
             applier.apply(op)
         if job_state is not None:
             repository.save_job_state(session, job, namespace, job_state, now=now)
-    # A plan that changed nothing leaves no record (``changing`` removed it).
+    # A plan that changed nothing leaves no record (``changing`` removed it) unless kept.
     return Applied(
         record_id=None if changes.empty else changes.record.id, created=dict(applier.created)
     )
@@ -78,7 +101,7 @@ def apply_operations(
 def record_refusal(
     repository: Repository, namespace: str, job: str, *, now: datetime, info: RecordInfo
 ) -> int:
-    """Write a record of a run that was refused or failed, with no operations."""
+    """Write a record without operations: a run refused or failed, or a plan stored for approval."""
     return repository.write_bare_record(namespace, job, now=now, **_info_values(info))
 
 
@@ -91,6 +114,7 @@ def _info_values(info: RecordInfo) -> dict[str, Any]:
         "cost": info.cost,
         "stats": dict(info.stats),
         "status": info.status,
+        "error": info.error,
     }
 
 

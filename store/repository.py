@@ -101,11 +101,13 @@ class Repository:
         *,
         stats: Mapping[str, Any] | None = None,
         restoring: bool = False,
+        keep_empty: bool = False,
     ) -> Iterator[tuple[Session, ChangeSet]]:
         """Open a write transaction with its maintenance record; commit both or neither.
 
-        A transaction that ends up changing nothing leaves no record behind. ``restoring``
-        (undo) writes images back as they were: no version bump.
+        A transaction that ends up changing nothing leaves no record behind, unless
+        ``keep_empty`` (a run that spent tokens says so). ``restoring`` (undo) writes images
+        back as they were: no version bump.
         """
         with transaction(self._write) as session:
             record = MaintenanceRecord(
@@ -123,7 +125,7 @@ class Repository:
             # Serialises writers of one namespace (a row lock on PostgreSQL).
             changes.lock_namespace()
             yield session, changes
-            if not changes.finish():
+            if not changes.finish() and not keep_empty:
                 session.delete(record)
                 changes.empty = True
 
@@ -360,6 +362,27 @@ class Repository:
             # A week of history is plenty for a per-day budget; keep the row small.
             kept = dict(sorted(days.items())[-7:])
             self.save_job_state(session, LLM_USAGE, namespace, kept, now=now)
+
+    @staticmethod
+    def resolve_record(
+        session: Session,
+        record_id: int,
+        *,
+        status: str,
+        stats_update: Mapping[str, Any],
+        now: datetime,
+    ) -> MaintenanceRecord:
+        """Settle a pending (planned) record inside the caller's write transaction.
+
+        Raise NotFound if no record by that id is pending.
+        """
+        record = session.get(MaintenanceRecord, record_id)
+        if record is None or record.status != RecordStatus.PLANNED:
+            raise NotFound("pending record", record_id)
+        record.status = status
+        record.finished_at = now
+        record.stats = {**(record.stats or {}), **stats_update}
+        return record
 
     def write_bare_record(self, namespace: str, job: str, *, now: datetime, **fields: Any) -> int:
         """Write a record without operations (a refused, failed or pending run)."""
@@ -650,6 +673,52 @@ class Repository:
             session.add(relation)
             session.flush()
             changes.created(relation)
+
+    # -- search reads --------------------------------------------------------------------------
+
+    def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
+        """Return what ranking needs of the *active* memories among ``ids``, by id.
+
+        Plain columns without the content: search reads a few hundred candidates per query,
+        and ORM rows cost several times more to load.
+        """
+        out: dict[int, SearchRow] = {}
+        with self.reading() as session:
+            for chunk in _chunks(sorted(set(ids))):
+                rows = session.execute(
+                    select(*(getattr(Memory, name) for name in _SEARCH_COLUMNS)).where(
+                        Memory.namespace == namespace,
+                        Memory.status == MemoryStatus.ACTIVE.value,
+                        Memory.id.in_(chunk),
+                    )
+                )
+                for values in rows:
+                    row = SearchRow(**dict(zip(_SEARCH_FIELDS, values, strict=True)))
+                    out[row.id] = row
+        return out
+
+
+# -- search reads ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRow:
+    """The columns of an active memory that filtering and ranking read."""
+
+    id: int
+    type: str
+    tags: list[str]
+    metadata: dict[str, Any]
+    event_time: datetime
+    session_id: str | None
+    prev_id: int | None
+    next_id: int | None
+    base_importance: float
+    pinned: bool
+
+
+_SEARCH_FIELDS = tuple(SearchRow.__dataclass_fields__)
+_SEARCH_COLUMNS = tuple("metadata_" if name == "metadata" else name for name in _SEARCH_FIELDS)
 
 
 def _line(data: Mapping[str, Any]) -> str:

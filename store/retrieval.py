@@ -32,8 +32,8 @@ class Parts:
     """The parts of relevance, each in [0, 1]."""
 
     lexical: float = 0.0  # BM25 score / the query's best BM25 score
-    dense: float = 0.0  # cosine of the best-matching vector of the memory's own text
-    context: float = 0.0  # cosine of "previous turn + this turn"
+    dense: float = 0.0  # cosine of the memory's best own vector, scaled over the candidates
+    context: float = 0.0  # cosine of "previous turn + this turn", scaled likewise
     session: float = 0.0  # the memory's session's BM25 score / the best session's
     period: float = 0.0  # 1 when the memory's time falls in a period the query names
 
@@ -120,29 +120,39 @@ def recency_factor(age: float, half_life_days: float) -> float:
 
 
 def dense_parts(hits: Iterable[tuple[int, str, float]]) -> dict[int, tuple[float, float]]:
-    """Given (memory_id, kind, cosine) hits, return memory_id -> (dense, context).
+    """Given (memory_id, kind, cosine) hits, nearest first, return memory_id -> (dense, context).
 
-    ``dense`` is the best cosine of the memory's own vectors (whole text or one sentence: a
-    long memory should match a question about one of its sentences); ``context`` is the best
-    cosine of its "previous turn + turn" vector. A vector that was not returned can be at
-    most as similar as the last one returned, so the last similarity stands in for it:
-    a memory found by one vector kind is not scored as if it were unrelated for the other.
+    ``dense`` comes from the best of the memory's own vectors (whole text or one sentence: a
+    long memory should match a question about one of its sentences), ``context`` from its
+    "previous turn + turn" vector. Each is scaled like the lexical score, so that the parts
+    add up on one scale: the best of its kind is 1 and the last similarity returned is 0. A
+    vector that was not returned is at most as similar as the last one, so it counts 0.
     """
     own: dict[int, float] = {}
     context: dict[int, float] = {}
-    floor = 1.0
+    floor = math.inf
     for memory_id, kind, similarity in hits:
         target = context if kind == KIND_CONTEXT else own
-        target[memory_id] = max(similarity, target.get(memory_id, -1.0))
+        target[memory_id] = max(similarity, target.get(memory_id, -math.inf))
         floor = min(floor, similarity)
-    floor = max(0.0, floor)
+    best_own = max(own.values(), default=floor)
+    best_context = max(context.values(), default=floor)
     return {
         memory_id: (
-            max(0.0, own.get(memory_id, floor)),
-            max(0.0, context.get(memory_id, own.get(memory_id, floor))),
+            _scaled(own.get(memory_id), floor, best_own),
+            _scaled(context.get(memory_id), floor, best_context),
         )
         for memory_id in own.keys() | context.keys()
     }
+
+
+def _scaled(value: float | None, floor: float, best: float) -> float:
+    """Map [floor, best] onto [0, 1]; a missing value is 0, and a lone value (best = floor) 1."""
+    if value is None:
+        return 0.0
+    if best - floor <= 1e-9:
+        return 1.0
+    return (value - floor) / (best - floor)
 
 
 def session_part(session_id: str | None, sessions: Mapping[str, float]) -> float:

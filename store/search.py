@@ -19,7 +19,7 @@ from secretary.config import RetrievalSettings
 from store.embedder import EmbedderError
 from store.lexical import LexDoc, LexicalCache, LexicalView
 from store.models import Memory
-from store.repository import Edge, LexicalRow, Repository
+from store.repository import Edge, LexicalRow, Repository, SearchRow
 from store.retrieval import (
     Parts,
     Period,
@@ -57,16 +57,14 @@ class SearchFilters:
     # Exact whole-value equality; non-string values compare by their JSON text ("true", "3").
     metadata: tuple[tuple[str, str], ...] = ()
 
-    def matches(self, memory: Memory) -> bool:
+    def matches(self, row: SearchRow) -> bool:
         """Tell whether the memory passes every filter."""
         return (
-            (not self.types or memory.type in self.types)
-            and all(tag in (memory.tags or ()) for tag in self.tags)
-            and (self.since is None or memory.event_time >= self.since)
-            and (self.until is None or memory.event_time < self.until)
-            and all(
-                metadata_equals(memory.metadata_ or {}, key, value) for key, value in self.metadata
-            )
+            (not self.types or row.type in self.types)
+            and all(tag in (row.tags or ()) for tag in self.tags)
+            and (self.since is None or row.event_time >= self.since)
+            and (self.until is None or row.event_time < self.until)
+            and all(metadata_equals(row.metadata or {}, key, value) for key, value in self.metadata)
         )
 
 
@@ -134,7 +132,12 @@ class Evidence:
 
 
 class MemorySource(Protocol):
-    """Where ranking reads memories and relations: SQL for searches, a snapshot in benchmarks."""
+    """Where ranking reads memories and relations: SQL for searches, a snapshot in benchmarks.
+
+    Both reads of memories return active memories only.
+    """
+
+    def search_rows(self, namespace: str, ids: Iterable[int]) -> Mapping[int, SearchRow]: ...
 
     def active_memories(self, namespace: str, ids: Iterable[int]) -> Mapping[int, Memory]: ...
 
@@ -240,48 +243,60 @@ def rank(
 ) -> tuple[Hit, ...]:
     """Rank the evidence: anchors by relevance, then memories added by spreading, then cut.
 
-    Reads rows and relations from ``source``; everything else is pure.
+    Reads rows and relations from ``source``; everything else is pure. A memory deactivated
+    between the first read and the last is dropped, so a search may return fewer than k.
     """
     namespace, filters = request.namespace, request.filters
     dense = dense_parts((hit.memory_id, hit.kind, hit.similarity) for hit in evidence.hits)
     candidates = list(dict.fromkeys([*evidence.lexical, *dense]))
-    rows = _usable(source.active_memories(namespace, candidates), filters)
+    rows = _usable(source.search_rows(namespace, candidates), filters)
     parts = {mid: _parts(rows[mid], evidence, dense) for mid in rows}
     relevances = {mid: relevance(p, settings) for mid, p in parts.items()}
     anchors = top_ids(relevances, settings.anchors)
-    anchor_set = set(anchors)
     rows = {mid: rows[mid] for mid in anchors}
     seeds = {mid: relevances[mid] for mid in anchors[: settings.spread_seeds]}
     activation = _spread(seeds, rows, source, request, settings)
     for mid in rows.keys() - parts.keys():
         parts[mid] = _parts(rows[mid], evidence, dense)
-    hits = [
-        _hit(rows[mid], parts[mid], activation.get(mid, 0.0), mid in anchor_set, settings, now)
-        for mid in rows
-    ]
+    breakdowns = {
+        mid: _breakdown(row, parts[mid], activation.get(mid, 0.0), settings, now)
+        for mid, row in rows.items()
+    }
     threshold = settings.min_score if request.min_score is None else request.min_score
-    hits.sort(key=lambda hit: (-hit.score, hit.memory.id))
-    return tuple(hit for hit in hits if hit.score >= threshold)[: request.k]
+    kept = {mid: b.score for mid, b in breakdowns.items() if b.score >= threshold}
+    best = top_ids(kept, request.k)
+    memories = source.active_memories(namespace, best)
+    anchor_set = set(anchors)
+    return tuple(
+        Hit(
+            memory=memories[mid],
+            score=breakdowns[mid].score,
+            breakdown=breakdowns[mid],
+            via="anchor" if mid in anchor_set else "spread",
+        )
+        for mid in best
+        if mid in memories
+    )
 
 
-def _usable(rows: Mapping[int, Memory], filters: SearchFilters) -> dict[int, Memory]:
+def _usable(rows: Mapping[int, SearchRow], filters: SearchFilters) -> dict[int, SearchRow]:
     return {mid: row for mid, row in rows.items() if filters.matches(row)}
 
 
-def _parts(memory: Memory, evidence: Evidence, dense: Mapping[int, tuple[float, float]]) -> Parts:
-    own, context = dense.get(memory.id, (0.0, 0.0))
+def _parts(row: SearchRow, evidence: Evidence, dense: Mapping[int, tuple[float, float]]) -> Parts:
+    own, context = dense.get(row.id, (0.0, 0.0))
     return Parts(
-        lexical=evidence.lexical.get(memory.id, 0.0),
+        lexical=evidence.lexical.get(row.id, 0.0),
         dense=own,
         context=context,
-        session=session_part(memory.session_id, evidence.sessions),
-        period=period_part(memory.event_time, evidence.periods),
+        session=session_part(row.session_id, evidence.sessions),
+        period=period_part(row.event_time, evidence.periods),
     )
 
 
 def _spread(
     seeds: Mapping[int, float],
-    rows: dict[int, Memory],
+    rows: dict[int, SearchRow],
     source: MemorySource,
     request: SearchRequest,
     settings: RetrievalSettings,
@@ -299,7 +314,7 @@ def _spread(
         links = _links(frontier, rows, source, request.namespace)
         reached = spread_step(frontier, links, fanout=settings.spread_fanout)
         new = [mid for mid in reached if mid not in rows]
-        rows.update(_usable(source.active_memories(request.namespace, new), request.filters))
+        rows.update(_usable(source.search_rows(request.namespace, new), request.filters))
         reached = {mid: spread for mid, spread in reached.items() if mid in rows}
         merge_activation(activation, reached)
         if hop + 1 < settings.spread_depth:
@@ -309,7 +324,7 @@ def _spread(
 
 def _links(
     frontier: Mapping[int, Spread],
-    rows: Mapping[int, Memory],
+    rows: Mapping[int, SearchRow],
     source: MemorySource,
     namespace: str,
 ) -> dict[int, list[tuple[int, float]]]:
@@ -322,25 +337,19 @@ def _links(
     return {mid: links_of(mid, rows[mid].prev_id, rows[mid].next_id, relations[mid]) for mid in ids}
 
 
-def _hit(
-    memory: Memory,
-    parts: Parts,
-    activation: float,
-    anchor: bool,
-    settings: RetrievalSettings,
-    now: datetime,
-) -> Hit:
-    age = age_days(now, memory.event_time)
+def _breakdown(
+    row: SearchRow, parts: Parts, activation: float, settings: RetrievalSettings, now: datetime
+) -> Breakdown:
+    age = age_days(now, row.event_time)
     terms = Terms(
         relevance=relevance(parts, settings),
         importance=importance_factor(
-            memory.base_importance, age, settings.half_life_days, pinned=memory.pinned
+            row.base_importance, age, settings.half_life_days, pinned=row.pinned
         ),
         recency=recency_factor(age, settings.recency_half_life_days),
         activation=activation,
     )
-    score = final_score(terms, settings)
-    breakdown = Breakdown(
+    return Breakdown(
         relevance=terms.relevance,
         lexical=parts.lexical,
         dense=parts.dense,
@@ -350,8 +359,5 @@ def _hit(
         importance=terms.importance,
         recency=terms.recency,
         activation=activation,
-        score=score,
-    )
-    return Hit(
-        memory=memory, score=score, breakdown=breakdown, via="anchor" if anchor else "spread"
+        score=final_score(terms, settings),
     )

@@ -2,6 +2,8 @@
 
 ``run_job`` is the job boundary, the one broad catch: a run that raises is recorded as failed
 (with the error and the tokens it spent) and its traceback logged; nothing of it is applied.
+Approving or rejecting a stored plan lives in ``secretary.jobs.approval``; its public names
+are importable from here too.
 """
 
 from __future__ import annotations
@@ -19,14 +21,11 @@ from secretary.budget import Budget, UsageLedger
 from secretary.config import GuardrailSettings, Settings
 from secretary.jobs.auditor import Auditor
 from secretary.jobs.base import (
-    Change,
     Job,
     JobContext,
     LlmCalls,
     Plan,
-    PlanNotFound,
     UnknownJob,
-    decode_changes,
     encode_changes,
     referenced_memories,
 )
@@ -44,10 +43,9 @@ from secretary.jobs.guardrails import (
 from secretary.jobs.linker import Linker
 from secretary.jobs.retention import Retention
 from secretary.jobs.soul_mapper import SoulMapper
-from store.apply import RecordInfo
+from store.apply import RecordInfo, apply_operations, record_refusal
 from store.models import (
     ConversationLog,
-    JobState,
     MaintenanceRecord,
     Memory,
     MemoryStatus,
@@ -56,6 +54,11 @@ from store.models import (
 from store.repository import Repository
 
 if TYPE_CHECKING:
+    from secretary.jobs.approval import PendingPlan as PendingPlan
+    from secretary.jobs.approval import approve_plan as approve_plan
+    from secretary.jobs.approval import get_pending as get_pending
+    from secretary.jobs.approval import pending_plans as pending_plans
+    from secretary.jobs.approval import reject_plan as reject_plan
     from secretary.llm import LlmClient
     from store.service import Store
 
@@ -109,13 +112,13 @@ def run_job(
     repository = store.repository
     pending = pending_record(repository, job.name, namespace)
     if pending is not None:
-        return _outcome(job, namespace, "skipped", f"plan #{pending} awaits approval")
+        return make_outcome(job, namespace, "skipped", f"plan #{pending} awaits approval")
     if llm is None:
         from secretary.llm import LlmClient
 
         llm = LlmClient(settings.llm)
     if job.needs_llm and not llm.configured:
-        return _outcome(job, namespace, "skipped", "LLM not configured")
+        return make_outcome(job, namespace, "skipped", "LLM not configured")
     budget = Budget.for_run(
         settings.llm, namespace=namespace, now=now, ledger=ledger or RecordLedger(repository)
     )
@@ -139,7 +142,9 @@ def run_job(
         if not isinstance(exc, Exception):
             raise
         message = f"{type(exc).__name__}: {exc}"
-        return _outcome(job, namespace, "failed", message, record_id, {"llm_calls": ctx.llm.calls})
+        return make_outcome(
+            job, namespace, "failed", message, record_id, {"llm_calls": ctx.llm.calls}
+        )
 
 
 def run_cycle(
@@ -221,7 +226,7 @@ class RecordLedger:
 def _settle(job: Job, ctx: JobContext, plan: Plan, *, dry_run: bool) -> RunOutcome:
     """Apply the guardrails to a plan, then refuse, report, store or apply it."""
     repository, guardrails = ctx.repository, ctx.settings.guardrails
-    protected = _protected(repository, ctx.namespace, plan, guardrails, now=ctx.now)
+    protected = protected_targets(repository, ctx.namespace, plan, guardrails, now=ctx.now)
     filtered = drop_protected([c.operations for c in plan.changes], protected)
     if filtered.dropped:
         logger.warning(
@@ -248,16 +253,16 @@ def _settle(job: Job, ctx: JobContext, plan: Plan, *, dry_run: bool) -> RunOutco
         logger.warning("{} on {}: plan refused: {}", job.name, ctx.namespace, refusal)
         stats["refused"] = refusal
         record_id = None if dry_run else _bare_record(job, ctx, stats, RecordStatus.REFUSED)
-        return _outcome(job, ctx.namespace, "refused", refusal, record_id, stats, kept)
+        return make_outcome(job, ctx.namespace, "refused", refusal, record_id, stats, kept)
     if dry_run:
-        return _outcome(job, ctx.namespace, "planned", "dry run", None, stats, kept)
+        return make_outcome(job, ctx.namespace, "planned", "dry run", None, stats, kept)
     if not kept.changes:
         return _nothing(job, ctx, kept, stats)
     if needs_approval(ctx.settings.jobs.approval, kept.operations):
         stats["plan"] = plan_record_stats(repository, kept, base_state=ctx.state)
         record_id = _bare_record(job, ctx, stats, RecordStatus.PLANNED)
         message = f"{len(kept.changes)} change(s) await `secretary plans approve {record_id}`"
-        return _outcome(job, ctx.namespace, "planned", message, record_id, stats, kept)
+        return make_outcome(job, ctx.namespace, "planned", message, record_id, stats, kept)
     info = RecordInfo(stats=stats, **ctx.llm.record_info())
     applied = job.apply(repository, kept, now=ctx.now, info=info)
     message = f"{len(kept.changes)} change(s) applied"
@@ -265,29 +270,46 @@ def _settle(job: Job, ctx: JobContext, plan: Plan, *, dry_run: bool) -> RunOutco
         message += f"; {plan.skipped}: its LLM part was skipped"
     if plan.stopped:
         message += f"; stopped early: {plan.stopped}"
-    return _outcome(job, ctx.namespace, "applied", message, applied.record_id, stats, kept)
+    return make_outcome(job, ctx.namespace, "applied", message, applied.record_id, stats, kept)
 
 
 def _nothing(job: Job, ctx: JobContext, plan: Plan, stats: dict[str, Any]) -> RunOutcome:
-    """A plan without changes: save a moved watermark, and record tokens spent or a stop."""
-    if _state_moved(ctx.state, plan.job_state):
-        # No operations, so this leaves no record of its own; it only saves the state.
-        job.apply(ctx.repository, plan, now=ctx.now, info=RecordInfo())
-    if plan.stopped and not ctx.llm.calls:
-        # Stopped before its first call (the budget is spent): say so in a record, since the
-        # job will keep stopping until the budget allows it to run.
-        refused = _bare_record(job, ctx, stats, RecordStatus.REFUSED)
-        return _outcome(job, ctx.namespace, "refused", plan.stopped, refused, stats, plan)
+    """A plan without changes: save a moved watermark, and record tokens spent or a stop.
+
+    The record and the watermark commit together: a crash between the two would lose the
+    run's tokens from the day's budget while its watermark says the work is done.
+    """
+    moved = _state_moved(ctx.state, plan.job_state)
+    # Stopped before its first call (the budget is spent): say so in a record, since the job
+    # will keep stopping until the budget allows it to run.
+    refused = plan.stopped is not None and not ctx.llm.calls
     # Tokens spent, or protected memories spared, are worth a record even with no changes.
-    worth_a_record = ctx.llm.calls or stats.get("dropped_protected")
-    record_id = _bare_record(job, ctx, stats, RecordStatus.APPLIED) if worth_a_record else None
+    worth_a_record = refused or bool(ctx.llm.calls) or bool(stats.get("dropped_protected"))
+    record_id = None
+    if moved or worth_a_record:
+        status = RecordStatus.REFUSED if refused else RecordStatus.APPLIED
+        applied = apply_operations(
+            ctx.repository,
+            ctx.namespace,
+            job.name,
+            (),
+            now=ctx.now,
+            info=RecordInfo(stats=stats, status=status.value, **ctx.llm.record_info()),
+            job_state=plan.job_state if moved else None,
+            keep_empty_record=worth_a_record,
+        )
+        record_id = applied.record_id
+    if refused:
+        return make_outcome(
+            job, ctx.namespace, "refused", plan.stopped or "", record_id, stats, plan
+        )
     if plan.skipped:
-        return _outcome(job, ctx.namespace, "skipped", plan.skipped, record_id, stats, plan)
+        return make_outcome(job, ctx.namespace, "skipped", plan.skipped, record_id, stats, plan)
     message = f"stopped early: {plan.stopped}" if plan.stopped else "nothing to do"
-    return _outcome(job, ctx.namespace, "nothing", message, record_id, stats, plan)
+    return make_outcome(job, ctx.namespace, "nothing", message, record_id, stats, plan)
 
 
-def _protected(
+def protected_targets(
     repository: Repository,
     namespace: str,
     plan: Plan,
@@ -320,29 +342,21 @@ def _active_count(ctx: JobContext) -> int:
 
 
 def _bare_record(job: Job, ctx: JobContext, stats: Mapping[str, Any], status: str) -> int:
-    return ctx.repository.write_bare_record(
-        ctx.namespace,
-        job.name,
-        now=ctx.now,
-        status=status,
-        stats=dict(stats),
-        **ctx.llm.record_info(),
-    )
+    info = RecordInfo(stats=stats, status=status, **ctx.llm.record_info())
+    return record_refusal(ctx.repository, ctx.namespace, job.name, now=ctx.now, info=info)
 
 
 def _record_failure(job: Job, ctx: JobContext, exc: BaseException) -> int:
-    return ctx.repository.write_bare_record(
-        ctx.namespace,
-        job.name,
-        now=ctx.now,
-        status=RecordStatus.FAILED.value,
+    info = RecordInfo(
         stats={"llm_calls": ctx.llm.calls},
+        status=RecordStatus.FAILED.value,
         error=f"{type(exc).__name__}: {exc}",
         **ctx.llm.record_info(),
     )
+    return record_refusal(ctx.repository, ctx.namespace, job.name, now=ctx.now, info=info)
 
 
-def _outcome(
+def make_outcome(
     job: Job,
     namespace: str,
     status: Status,
@@ -362,29 +376,7 @@ def _outcome(
     )
 
 
-# -- approval ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class PendingPlan:
-    """A plan stored for approval: its record, its changes and what it was planned against."""
-
-    record_id: int
-    job: str
-    namespace: str
-    planned_at: datetime
-    changes: tuple[Change, ...]
-    job_state: Mapping[str, Any] | None
-    base_state: Mapping[str, Any]
-    targets: Mapping[int, int]  # memory id -> version when planned
-    stats: Mapping[str, Any]
-    model: str | None = None
-    prompts: Sequence[Mapping[str, Any]] = ()
-
-    def as_plan(self) -> Plan:
-        return Plan(
-            job=self.job, namespace=self.namespace, changes=self.changes, job_state=self.job_state
-        )
+# -- plans stored for approval (read back and settled in secretary.jobs.approval) -------------
 
 
 def plan_record_stats(
@@ -400,123 +392,15 @@ def plan_record_stats(
     }
 
 
-def pending_plans(repository: Repository, namespace: str | None = None) -> list[PendingPlan]:
-    """Return the plans awaiting approval, oldest first."""
-    query = select(MaintenanceRecord).where(MaintenanceRecord.status == RecordStatus.PLANNED.value)
-    if namespace is not None:
-        query = query.where(MaintenanceRecord.namespace == namespace)
-    with repository.reading() as session:
-        return [_pending(r) for r in session.scalars(query.order_by(MaintenanceRecord.id))]
+_APPROVAL = frozenset(
+    {"PendingPlan", "approve_plan", "get_pending", "pending_plans", "reject_plan"}
+)
 
 
-def get_pending(repository: Repository, record_id: int) -> PendingPlan:
-    """Return one plan awaiting approval. Raise PlanNotFound if there is no such plan."""
-    with repository.reading() as session:
-        record = session.get(MaintenanceRecord, record_id)
-        if record is None or record.status != RecordStatus.PLANNED:
-            raise PlanNotFound(record_id)
-        return _pending(record)
+def __getattr__(name: str) -> Any:
+    # The approval names, loaded on first use: secretary.jobs.approval imports this module.
+    if name in _APPROVAL:
+        from secretary.jobs import approval
 
-
-def approve_plan(store: Store, settings: Settings, record_id: int, *, now: datetime) -> RunOutcome:
-    """Apply a pending plan if nothing it names changed since planning; refuse it otherwise.
-
-    Raise PlanNotFound if the record is not a pending plan.
-    """
-    repository = store.repository
-    pending = get_pending(repository, record_id)
-    job = get_job(pending.job)
-    reason = _stale_reason(repository, settings, pending, now=now)
-    if reason is not None:
-        logger.warning("plan #{} is stale and was refused: {}", record_id, reason)
-        _resolve(repository, pending, now, RecordStatus.REFUSED, {"stale": reason})
-        return _outcome(job, pending.namespace, "refused", reason, record_id)
-    plan = pending.as_plan()
-    stats = {
-        "approved_plan": record_id,
-        "changes": len(plan.changes),
-        "operations": len(plan.operations),
-    }
-    # Model and prompts say where the changes came from; the tokens stay on the planned
-    # record, where they were spent, so that the day's budget counts them once.
-    info = RecordInfo(model=pending.model, prompts=pending.prompts, stats=stats)
-    applied = job.apply(repository, plan, now=now, info=info)
-    _resolve(repository, pending, now, RecordStatus.APPLIED, {"applied_as": applied.record_id})
-    message = f"plan #{record_id} applied ({len(plan.changes)} change(s))"
-    return _outcome(job, pending.namespace, "applied", message, applied.record_id, stats, plan)
-
-
-def reject_plan(store: Store, record_id: int, *, now: datetime) -> RunOutcome:
-    """Drop a pending plan; the job moves past what it planned so it is not proposed again.
-
-    Raise PlanNotFound if the record is not a pending plan.
-    """
-    repository = store.repository
-    pending = get_pending(repository, record_id)
-    job = get_job(pending.job)
-    _resolve(repository, pending, now, RecordStatus.REFUSED, {"rejected": True}, save_state=True)
-    return _outcome(job, pending.namespace, "refused", f"plan #{record_id} rejected", record_id)
-
-
-def _pending(record: MaintenanceRecord) -> PendingPlan:
-    stats = dict(record.stats or {})
-    data = stats.pop("plan", None) or {}
-    return PendingPlan(
-        record_id=record.id,
-        job=record.job,
-        namespace=record.namespace,
-        planned_at=record.started_at,
-        changes=decode_changes(data.get("changes", [])),
-        job_state=data.get("job_state"),
-        base_state=data.get("base_state", {}),
-        targets={int(k): int(v) for k, v in data.get("targets", {}).items()},
-        stats=stats,
-        model=record.model,
-        prompts=tuple(record.prompts or ()),
-    )
-
-
-def _stale_reason(
-    repository: Repository, settings: Settings, pending: PendingPlan, *, now: datetime
-) -> str | None:
-    """Why the plan may no longer be applied as planned, or None if it still may."""
-    current = {m.id: m for m in repository.memories(pending.namespace, pending.targets)}
-    for memory_id, version in sorted(pending.targets.items()):
-        memory = current.get(memory_id)
-        if memory is None:
-            return f"memory #{memory_id} no longer exists"
-        if memory.version != version:
-            return f"memory #{memory_id} changed since the plan was made"
-    if dict(repository.job_state(pending.job, pending.namespace)) != dict(pending.base_state):
-        return f"job {pending.job} has moved on since the plan was made"
-    plan = pending.as_plan()
-    protected = _protected(repository, plan.namespace, plan, settings.guardrails, now=now)
-    if protected:
-        return f"memories {sorted(protected)} are protected now"
-    return None
-
-
-def _resolve(
-    repository: Repository,
-    pending: PendingPlan,
-    now: datetime,
-    status: str,
-    note: Mapping[str, Any],
-    *,
-    save_state: bool = False,
-) -> None:
-    """Mark a pending plan's record as settled (and, on rejection, move the job past it)."""
-    # The repository has no call to update a record, so this goes through its transaction.
-    with repository.changing(pending.namespace, pending.job, now) as (session, _changes):
-        record = session.get(MaintenanceRecord, pending.record_id)
-        if record is None or record.status != RecordStatus.PLANNED:
-            raise PlanNotFound(pending.record_id)
-        record.status = status
-        record.finished_at = now
-        record.stats = {**(record.stats or {}), **note}
-        row = session.get(JobState, (pending.job, pending.namespace))
-        current = dict(row.state) if row is not None else {}
-        if save_state and pending.job_state is not None and current == pending.base_state:
-            repository.save_job_state(
-                session, pending.job, pending.namespace, pending.job_state, now=now
-            )
+        return getattr(approval, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -121,7 +121,9 @@ def test_apply_purge_only_tombstones_and_relinks_timeline(repo: Repository) -> N
     assert repo.get_memory("ns", ids[1]) is None
     _, operations = repo.record(applied.record_id)  # type: ignore[arg-type]
     purge = [op for op in operations if op.op == "delete_memory"]
-    assert purge and purge[0].before is not None and purge[0].before["content"] == "fragment 1"
+    assert len(purge) == 1
+    assert purge[0].before is not None
+    assert purge[0].before["content"] == "fragment 1"
 
 
 def test_apply_nothing_to_do_leaves_no_record(repo: Repository) -> None:

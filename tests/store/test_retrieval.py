@@ -116,18 +116,22 @@ def test_recency_factor_one_half_life_halves() -> None:
 
 
 def test_dense_parts_best_sentence_beats_whole_text() -> None:
-    parts = dense_parts([(1, "full", 0.4), (1, "sent", 0.7), (1, "ctx", 0.5), (2, "full", 0.3)])
-    assert parts[1] == (0.7, 0.5)
+    parts = dense_parts([(1, "sent", 0.8), (1, "ctx", 0.6), (1, "full", 0.5), (2, "full", 0.2)])
+    assert parts[1] == (1.0, 1.0)
+    assert parts[2] == (0.0, 0.0)
 
 
-def test_dense_parts_unreturned_kind_takes_last_similarity() -> None:
-    parts = dense_parts([(1, "sent", 0.8), (2, "ctx", 0.6), (3, "full", 0.2)])
-    assert parts[1] == (0.8, 0.8)  # no ctx vector returned: its own similarity stands in
-    assert parts[2] == (0.2, 0.6)  # own vectors not returned: the floor (last similarity)
+def test_dense_parts_scaled_between_last_and_best_of_kind() -> None:
+    hits = [(1, "full", 0.9), (2, "ctx", 0.7), (2, "full", 0.6), (3, "ctx", 0.5), (4, "full", 0.3)]
+    parts = dense_parts(hits)
+    assert parts[2] == pytest.approx((0.5, 1.0))
+    assert parts[3] == pytest.approx((0.0, 0.5))  # own vectors not returned: 0
+    assert parts[1][1] == 0.0  # its context vector was not returned
 
 
-def test_dense_parts_negative_cosine_clamped_to_zero() -> None:
-    assert dense_parts([(1, "full", -0.3)]) == {1: (0.0, 0.0)}
+def test_dense_parts_lone_hit_is_best_and_empty_is_empty() -> None:
+    assert dense_parts([(7, "full", 0.42)]) == {7: (1.0, 0.0)}
+    assert dense_parts([]) == {}
 
 
 def test_session_part_no_session_or_unscored_is_zero() -> None:

@@ -13,7 +13,7 @@ import pytest
 from secretary.config import IndexSettings, RetrievalSettings, Settings
 from store.embedder import OnnxMiniLMEmbedder
 from store.models import Memory, MemoryStatus
-from store.repository import Edge, LexicalRow
+from store.repository import Edge, LexicalRow, SearchRow
 from store.search import (
     Evidence,
     SearchFilters,
@@ -268,26 +268,26 @@ class ChainSource:
 
     def __init__(self, n: int) -> None:
         self.rows = {
-            i: Memory(
+            i: SearchRow(
                 id=i,
-                namespace=NS,
-                content=f"m{i}",
                 type="event",
                 tags=[],
-                metadata_={},
-                base_importance=5.0,
-                pinned=False,
-                session_id=None,
-                status="active",
+                metadata={},
                 event_time=NOW - timedelta(days=i),
+                session_id=None,
                 prev_id=i - 1 if i > 1 else None,
                 next_id=i + 1 if i < n else None,
-            )  # fmt: skip
+                base_importance=5.0,
+                pinned=False,
+            )
             for i in range(1, n + 1)
         }
 
-    def active_memories(self, namespace: str, ids: Iterable[int]) -> dict[int, Memory]:
+    def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
         return {i: self.rows[i] for i in ids if i in self.rows}
+
+    def active_memories(self, namespace: str, ids: Iterable[int]) -> dict[int, Memory]:
+        return {i: Memory(id=i, namespace=NS, content=f"m{i}") for i in ids if i in self.rows}
 
     def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
         return []
