@@ -87,7 +87,7 @@ def _install(point: KillPoint, hit: int) -> None:
                 die()
             return settle(*args, **kwargs)
 
-        runner._settle = settle_then_die  # type: ignore[assignment]
+        runner._settle = settle_then_die
     elif point == "flushed":
         # Every row, operation and outbox entry is flushed into the open transaction.
         finish = ChangeSet.finish

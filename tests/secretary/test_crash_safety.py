@@ -539,6 +539,7 @@ class Daemon:
             except httpx.TransportError:
                 pass  # not listening yet
             time.sleep(0.2)
+        self.close()
         raise AssertionError(f"neither healthy nor gone within {START} s:\n{self.output()}")
 
     def output(self) -> str:
