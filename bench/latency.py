@@ -119,12 +119,6 @@ def settings_for(data_dir: Path, **index: Any) -> Settings:
     return settings
 
 
-def close_store(store: Store) -> None:
-    if "index" in store.__dict__:  # a cached_property that was opened
-        store.index.close()
-    store.close()
-
-
 def count_memories(store: Store) -> int:
     from sqlalchemy import func, select
 
@@ -372,7 +366,7 @@ def prepare(prep: Prepared, args: argparse.Namespace) -> None:
         pool = vector_pool(args.pool, store.embedder)
         model_id = store.embedder.model_id
     finally:
-        close_store(store)
+        store.close()
     # A bigger outbox batch only makes the synthetic fill faster; it changes no vector.
     filler = Store.open(
         settings_for(prep.data_dir, batch_size=2000), embedder=PoolEmbedder(pool, model_id)
@@ -382,7 +376,7 @@ def prepare(prep: Prepared, args: argparse.Namespace) -> None:
         prep.state["index"]["pool"] = {"texts": args.pool, "seed": POOL_SEED}
         prep.save()
     finally:
-        close_store(filler)
+        filler.close()
 
 
 # -- measurements ------------------------------------------------------------------------------
@@ -499,7 +493,7 @@ def measure_in_process(
     finally:
         if bare is not None:
             bare.close()
-        close_store(store)
+        store.close()
     out["load_average_after"] = load_average()
     return out
 

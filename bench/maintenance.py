@@ -391,12 +391,6 @@ def store_settings(data_dir: Path, **index: Any) -> Settings:
     return settings
 
 
-def close_store(store: Store) -> None:
-    if "index" in store.__dict__:  # a cached_property that was opened
-        store.index.close()
-    store.close()
-
-
 # -- the base store (cached) ---------------------------------------------------------------------
 
 
@@ -467,7 +461,7 @@ def copy_latency_store(size: int, seed: int, mode: str, target: Path) -> dict[st
             )
         same = same and all(found.get(i["external_id"]) == i["content"] for i in expected)
     finally:
-        close_store(store)
+        store.close()
     if not same:
         say(f"n={size}: the latency store is another corpus or incomplete; building instead")
         shutil.rmtree(target)
@@ -528,7 +522,7 @@ def build_base(size: int, args: argparse.Namespace, data_dir: Path, mode: str) -
         pool = latency.vector_pool(args.pool, store.embedder)
         model_id = store.embedder.model_id
     finally:
-        close_store(store)
+        store.close()
     filler = Store.open(
         store_settings(data_dir, batch_size=2000),
         embedder=latency.PoolEmbedder(pool, model_id),
@@ -537,7 +531,7 @@ def build_base(size: int, args: argparse.Namespace, data_dir: Path, mode: str) -
         info["index_seconds"] = index_outbox(filler, size)
         info["pool"] = {"texts": args.pool, "seed": latency.POOL_SEED}
     finally:
-        close_store(filler)
+        filler.close()
     return info
 
 
@@ -579,7 +573,7 @@ def finish_base(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         store.indexer.sync()
         return {"traits": args.traits, **mark_maintained(store)}
     finally:
-        close_store(store)
+        store.close()
 
 
 def mark_maintained(store: Store) -> dict[str, Any]:
@@ -658,11 +652,13 @@ def related_store(
     shutil.copytree(args.work / f"base-n{size}" / "data", target / "data")
     store = Store.open(store_settings(target / "data"), create=True)
     try:
-        store.add_memories(NAMESPACE, items, now=BASE_NOW, source="bench")
+        for start in range(0, len(items), BATCH):
+            batch = items[start : start + BATCH]
+            store.add_memories(NAMESPACE, batch, now=BASE_NOW, source="bench")
         index_seconds = index_outbox(store, size)
         state = {**base, **mark_maintained(store)}
     finally:
-        close_store(store)
+        store.close()
     state |= {
         "dir": str(target),
         "first": first,
@@ -809,7 +805,7 @@ def measure_size(
                     break
         reach = base_reach(store, base["watermark"])
     finally:
-        close_store(store)
+        store.close()
     return {
         "memories": base["memories"],
         "base_reach": reach,

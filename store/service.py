@@ -116,5 +116,8 @@ class Store:
         return self.repository.add_logs(namespace, items, now=now)
 
     def close(self) -> None:
+        """Release the vector index client (if it was opened) and the database connections."""
         logger.debug("closing the store")
+        if "index" in self.__dict__:  # the cached property was opened
+            self.index.close()
         self.engine.dispose()

@@ -169,5 +169,4 @@ def main(task: Task) -> None:
     try:
         _act(opened, task)
     finally:
-        opened.index.close()
         opened.close()

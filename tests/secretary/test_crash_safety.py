@@ -127,8 +127,6 @@ def opened(settings: Settings) -> Iterator[Store]:
     try:
         yield store
     finally:
-        if "index" in store.__dict__:
-            store.index.close()
         store.close()
 
 

@@ -69,7 +69,6 @@ def store(
     opened.add_memories(NS, CORPUS, now=NOW)
     opened.indexer.sync()
     yield opened
-    opened.index.close()
     opened.close()
 
 

@@ -135,6 +135,4 @@ def world(tmp_path: Path, server: ScriptedOpenAIServer) -> Iterator[World]:
     try:
         yield World(store=store, settings=settings, server=server)
     finally:
-        if "index" in store.__dict__:
-            store.index.close()
         store.close()
