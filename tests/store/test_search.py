@@ -16,6 +16,7 @@ from store.models import Memory, MemoryStatus
 from store.repository import Edge, LexicalRow, SearchRow
 from store.search import (
     Evidence,
+    Searcher,
     SearchFilters,
     SearchRequest,
     SearchResult,
@@ -180,7 +181,7 @@ def test_search_spreading_adds_timeline_neighbour_without_match(store: Store) ->
     narrow = store.settings.retrieval.model_copy(
         update={"dense_candidates": 1, "lexical_candidates": 1, "spread_seeds": 1}
     )
-    searcher = type(store.searcher)(
+    searcher = Searcher(
         repository=store.repository, index=lambda: store.index, lexical=store.lexical,
         settings=narrow,
     )  # fmt: skip
