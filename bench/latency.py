@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,8 @@ class PoolEmbedder:
         weight = (0.3 + 0.4 * picks[:, 2] / 1000.0)[:, None].astype(np.float32)
         mixed = weight * self._pool[picks[:, 0]] + (1 - weight) * self._pool[picks[:, 1]]
         norms = np.linalg.norm(mixed, axis=1, keepdims=True)
-        return (mixed / np.maximum(norms, 1e-12)).astype(np.float32)
+        out: np.ndarray = (mixed / np.maximum(norms, 1e-12)).astype(np.float32)
+        return out
 
 
 def _picks(text: str, n: int) -> tuple[int, int, int]:
@@ -183,7 +185,7 @@ def vector_pool(size: int, embedder: Embedder) -> np.ndarray:
     """Return real embeddings of ``size`` generated texts, cached under the work dir."""
     path = WORK / f"pool-{size}-seed{POOL_SEED}.npy"
     if path.exists():
-        pool = np.load(path)
+        pool: np.ndarray = np.load(path)
         if pool.shape == (size, embedder.dim):
             return pool
     texts = corpus.texts(size, seed=POOL_SEED)
@@ -318,7 +320,7 @@ def lexical_before_sync(prep: Prepared, store: Store) -> None:
         # and an empty vector lookup): their latency, on the same questions as the main runs.
         "searches_without_vectors": percentiles(
             [
-                _timed(lambda q=q: store.searcher.search(_request(q), now=NOW))
+                _timed(partial(store.searcher.search, _request(q), now=NOW))
                 for q in corpus.queries(BREAKDOWN_QUERIES)
             ]
         ),
@@ -405,7 +407,7 @@ class BareChroma:
         return int(self._collection.count())
 
     def close(self) -> None:
-        self._client.close()
+        self._client.close()  # type: ignore[attr-defined]
 
 
 BARE_PROCESS = """
@@ -474,9 +476,9 @@ def measure_in_process(
                 mine.append(_timed(ours(query)))
             elif number % 2 == 0:  # alternate who goes first, so neither gets the warmer cache
                 mine.append(_timed(ours(query)))
-                base.append(_timed(lambda q=query: bare.query(q)))
+                base.append(_timed(partial(bare.query, query)))
             else:
-                base.append(_timed(lambda q=query: bare.query(q)))
+                base.append(_timed(partial(bare.query, query)))
                 mine.append(_timed(ours(query)))
         out["search"] = percentiles(mine)
         if base:
@@ -498,6 +500,11 @@ def measure_in_process(
     return out
 
 
+def _bm25(view: Any, query: str, k: int) -> None:
+    view.search(query, k)
+    view.search_sessions(query, 100)
+
+
 def breakdown(store: Store, queries: Sequence[str], budget: float) -> dict[str, Any]:
     """Time the parts of a search on their own: query embedding, Chroma query, BM25."""
     index = store.index
@@ -506,12 +513,10 @@ def breakdown(store: Store, queries: Sequence[str], budget: float) -> dict[str, 
     lexical_k = store.settings.retrieval.lexical_candidates
     embed, chroma, lexical = [], [], []
     for query in bounded(queries, budget):
-        embed.append(_timed(lambda q=query: index.embed_query(q)))
+        embed.append(_timed(partial(index.embed_query, query)))
         vector = index.embed_query(query)
-        chroma.append(_timed(lambda v=vector: index.query(NAMESPACE, v, n)))
-        lexical.append(
-            _timed(lambda q=query: (view.search(q, lexical_k), view.search_sessions(q, 100)))
-        )
+        chroma.append(_timed(partial(index.query, NAMESPACE, vector, n)))
+        lexical.append(_timed(partial(_bm25, view, query, lexical_k)))
     return {
         "embed_query": percentiles(embed),
         f"chroma_query_n{n}": percentiles(chroma),
@@ -612,7 +617,7 @@ def measure_http(
         rss: dict[str, Any] = {"after_start": _rss(pid)}
 
         def get(query: str) -> httpx.Response:
-            params = {"q": query, "namespace": NAMESPACE, "k": 10, "reinforce": "false"}
+            params = {"q": query, "namespace": NAMESPACE, "k": "10", "reinforce": "false"}
             response = client.get("/v1/search", params=params)
             response.raise_for_status()
             return response
@@ -621,7 +626,7 @@ def measure_http(
         for query in queries[:WARMUP]:
             get(query)
         rss["after_warmup"] = _rss(pid)
-        samples = [_timed(lambda q=query: get(q)) for query in bounded(queries, args.budget)]
+        samples = [_timed(partial(get, query)) for query in bounded(queries, args.budget)]
         rss["after_searches"] = _rss(pid)
         out["search"] = percentiles(samples)
         out["rss_mib"] = rss
@@ -817,6 +822,16 @@ def _size_notes(entry: dict[str, Any]) -> list[str]:
         f" = {ingest_.get('memories_per_s')} memories/s (load average at the end:"
         f" {ingest_.get('load_average')}).",
     ]
+    busy = [
+        name
+        for name, record in (("ingest", ingest_), ("index", index_))
+        if max((record.get("load_average") or [0.0])[:2]) > (os.cpu_count() or 1)
+    ]
+    if busy:
+        notes.append(
+            f"- The {' and '.join(busy)} ran while the machine was busy (load average above the"
+            " CPU count): treat those rates as lower bounds."
+        )
     if index_.get("mode") == "pool":
         pool = index_.get("pool", {})
         notes.append(
@@ -876,7 +891,8 @@ def _search_notes(entry: dict[str, Any]) -> list[str]:
             f" {inproc['bare_process_rss_mib']} MiB."
         )
     loads = [inproc.get("load_average_before"), http.get("load_average_after")]
-    notes.append(f"- Load average (1/5/15 min) before and after the measurements: {loads}.")
+    if any(loads):
+        notes.append(f"- Load average (1/5/15 min) before and after the measurements: {loads}.")
     if "durations_s" in entry:
         notes.append(f"- Wall time of this run's steps (s): {entry['durations_s']}.")
     return notes

@@ -112,7 +112,7 @@ def locomo_logs(data: Path) -> list[dict[str, Any]]:
     """Every LoCoMo turn as a LogIn item, conversation after conversation, in dialogue order.
 
     The conversation's first speaker is the "user", the other the "assistant"; the text keeps
-    the speaker's name ("Caroline: ..."), as bench/locomo.py writes it.
+    the speaker's name ("<speaker>: <text>"), as bench/locomo.py writes it.
     """
     import locomo
 
