@@ -46,17 +46,17 @@ from loguru import logger
 from secretary.config import RetrievalSettings, Settings
 from store.db import MIGRATIONS
 from store.models import Memory
-from store.repository import Edge, SearchRow
+from store.reads import Edge, SearchRow
 from store.retrieval import MONTHS, parse_periods
 from store.search import Evidence, Searcher, SearchRequest, rank
 from store.service import Store
-from store.vector_index import KIND_FULL, KIND_SENT, VectorHit
+from store.vector_index import VectorHit
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
 DEFAULT_WORK = REPO / "bench" / ".work"
 DEFAULT_OUT = REPO / "bench" / "results"
-INGEST_VERSION = 1  # bump when the way turns become memories changes
+INGEST_VERSION = 2  # bump when the way turns become memories (or vectors) change
 QUICK_CONVERSATIONS = 2
 K = 10
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -255,14 +255,14 @@ def gather_evidence(store: Store, conv: Conversation, cache: Path) -> list[Evide
             evidence, degraded = store.searcher.evidence(request, now=conv.now, settings=WIDE)
             if degraded:
                 raise SystemExit(f"vector index unavailable: {degraded}")
-            hits = [(h.memory_id, h.kind, h.similarity) for h in evidence.hits]
+            hits = [(h.memory_id, h.similarity) for h in evidence.hits]
             raw.append((dict(evidence.lexical), dict(evidence.sessions), hits))
         path.write_bytes(pickle.dumps(raw))
     return [
         Evidence(
             lexical=lexical,
             sessions=sessions,
-            hits=[VectorHit(memory_id=m, kind=k, similarity=s) for m, k, s in hits],
+            hits=[VectorHit(memory_id=m, similarity=s) for m, s in hits],
             periods=parse_periods(question.text, conv.now),
         )
         for question, (lexical, sessions, hits) in zip(conv.questions, raw, strict=True)
@@ -298,12 +298,8 @@ def bm25_ranker(conv: Conversation, q: int, evidence: Evidence, snap: Snapshot) 
 
 
 def _dense_order(evidence: Evidence) -> list[int]:
-    """Memories by the cosine of their whole-text vector, nearest first."""
-    seen: dict[int, None] = {}
-    for hit in evidence.hits:
-        if hit.kind == KIND_FULL:
-            seen.setdefault(hit.memory_id)
-    return list(seen)
+    """Memories by the cosine of their vector, nearest first."""
+    return list(dict.fromkeys(hit.memory_id for hit in evidence.hits))
 
 
 def dense_ranker(conv: Conversation, q: int, evidence: Evidence, snap: Snapshot) -> list[int]:
@@ -318,27 +314,9 @@ def rrf_ranker(conv: Conversation, q: int, evidence: Evidence, snap: Snapshot) -
     return sorted(fused, key=lambda m: (-fused[m], m))[:K]
 
 
-def without_sentences(ranker: Ranker) -> Ranker:
-    """Rank as if memories had no per-sentence vectors (whole-text cosine only)."""
-
-    def ranked(conv: Conversation, q: int, evidence: Evidence, snap: Snapshot) -> list[int]:
-        hits = [hit for hit in evidence.hits if hit.kind != KIND_SENT]
-        trimmed = Evidence(
-            lexical=evidence.lexical,
-            sessions=evidence.sessions,
-            hits=hits,
-            periods=evidence.periods,
-        )
-        return ranker(conv, q, trimmed, snap)
-
-    return ranked
-
-
 # Each ingredient of the default ranking, removed one at a time (cached re-ranking, all data).
 ABLATIONS: dict[str, dict[str, float | int]] = {
-    "no dense parts at all (w_dense = w_context = 0)": {"w_dense": 0.0, "w_context": 0.0},
     "no dense (w_dense = 0)": {"w_dense": 0.0},
-    "no context vectors (w_context = 0)": {"w_context": 0.0},
     "no session score (w_session = 0)": {"w_session": 0.0},
     "no period bonus (w_period = 0)": {"w_period": 0.0},
     "no spreading (w_act = 0)": {"w_act": 0.0},
@@ -353,9 +331,6 @@ def run_ablations(bench: Bench, defaults: RetrievalSettings) -> dict[str, float]
     rankers: dict[str, Ranker] = {"defaults (cached re-ranking)": settings_ranker(defaults)}
     for name, update in ABLATIONS.items():
         rankers[name] = settings_ranker(defaults.model_copy(update=update))
-    rankers["no sentence vectors (whole-text cosine)"] = without_sentences(
-        settings_ranker(defaults)
-    )
     return {
         name: round(100 * recall10(run_ranker(bench, ranker, convs)), 1)
         for name, ranker in rankers.items()
@@ -463,7 +438,6 @@ def recall10(scores: Sequence[QuestionScore]) -> float:
 # Coordinate search, in this order, two rounds; the first value of a list wins ties.
 GRID: dict[str, tuple[float | int, ...]] = {
     "w_dense": (0.0, 0.5, 1.0, 1.5, 2.0),
-    "w_context": (0.0, 0.25, 0.5, 1.0),
     "w_session": (0.0, 0.25, 0.5, 0.75, 1.0),
     "w_period": (0.0, 0.1, 0.2, 0.4),
     "w_act": (0.0, 0.2, 0.3, 0.4, 0.5, 0.6),

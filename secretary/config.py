@@ -76,7 +76,6 @@ class RetrievalSettings(_Section):
     # Parts of the relevance score.
     w_lexical: float = Field(default=1.0, ge=0)
     w_dense: float = Field(default=1.0, ge=0)
-    w_context: float = Field(default=0.25, ge=0)
     w_session: float = Field(default=0.75, ge=0)
     w_period: float = Field(default=0.1, ge=0)
     anchors: int = Field(default=50, ge=1, le=1000)

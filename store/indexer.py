@@ -68,16 +68,10 @@ class Indexer:
         if gone:
             self.index.delete(namespace, gone)
         if active:
-            contexts = self.repository.predecessors(namespace, [row.id for row in active])
             self.index.upsert(
                 namespace,
                 [
-                    IndexItem(
-                        memory_id=row.id,
-                        version=row.version,
-                        text=row.content,
-                        context=contexts.get(row.id),
-                    )
+                    IndexItem(memory_id=row.id, version=row.version, text=row.content)
                     for row in active
                 ],
             )

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from store import reads
 from store.changeset import ChangeSet
 from store.db import session_factory, transaction
 from store.errors import NotFound, ValidationFailed
@@ -26,9 +27,9 @@ from store.models import (
     Memory,
     MemoryRelation,
     MemoryStatus,
-    NamespaceState,
     RecordStatus,
 )
+from store.reads import Edge, LexicalRow, SearchRow
 from store.schemas import LogIn, MemoryIn
 from store.text import content_hash
 
@@ -47,22 +48,6 @@ class AddResult:
     @property
     def skipped(self) -> int:
         return len(self.ids) - len(self.created)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LexicalRow:
-    memory_id: int
-    content: str
-    event_time: datetime
-    session_id: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Edge:
-    source_id: int
-    target_id: int
-    type: str
-    strength: float
 
 
 T = TypeVar("T")
@@ -267,37 +252,14 @@ class Repository:
     def _memories(session: Session, namespace: str, ids: Sequence[int]) -> list[Memory]:
         rows: list[Memory] = []
         for chunk in _chunks(sorted(set(ids))):
-            rows.extend(
-                session.scalars(
-                    select(Memory).where(Memory.namespace == namespace, Memory.id.in_(chunk))
-                )
-            )
+            # By primary key alone (see store.reads), the namespace checked here.
+            found = session.scalars(select(Memory).where(Memory.id.in_(chunk)))
+            rows.extend(row for row in found if row.namespace == namespace)
         return rows
 
     def edges(self, namespace: str, ids: Iterable[int]) -> list[Edge]:
         """Return the relations touching any of ``ids`` (either end), strongest first."""
-        wanted = sorted(set(ids))
-        out: list[Edge] = []
-        with self.reading() as session:
-            for chunk in _chunks(wanted):
-                rows = session.execute(
-                    select(
-                        MemoryRelation.source_id,
-                        MemoryRelation.target_id,
-                        MemoryRelation.type,
-                        MemoryRelation.strength,
-                    ).where(
-                        MemoryRelation.namespace == namespace,
-                        or_(
-                            MemoryRelation.source_id.in_(chunk), MemoryRelation.target_id.in_(chunk)
-                        ),
-                    )
-                )
-                out.extend(
-                    Edge(source_id=s, target_id=t, type=ty, strength=st) for s, t, ty, st in rows
-                )
-        out.sort(key=lambda edge: -edge.strength)
-        return out
+        return reads.edges(self.engine, namespace, ids)
 
     def add_relation(
         self,
@@ -397,11 +359,7 @@ class Repository:
     # -- namespace state -----------------------------------------------------------------------
 
     def revision(self, namespace: str) -> int:
-        with self.reading() as session:
-            value = session.scalar(
-                select(NamespaceState.revision).where(NamespaceState.namespace == namespace)
-            )
-        return int(value or 0)
+        return reads.revision(self.engine, namespace)
 
     def namespaces(self) -> list[str]:
         with self.reading() as session:
@@ -411,20 +369,7 @@ class Repository:
 
     def lexical_rows(self, namespace: str, *, after_id: int = 0) -> list[LexicalRow]:
         """Return the active memories with id > ``after_id``, for the lexical index."""
-        with self.reading() as session:
-            rows = session.execute(
-                select(Memory.id, Memory.content, Memory.event_time, Memory.session_id)
-                .where(
-                    Memory.namespace == namespace,
-                    Memory.status == MemoryStatus.ACTIVE.value,
-                    Memory.id > after_id,
-                )
-                .order_by(Memory.id)
-            )
-            return [
-                LexicalRow(memory_id=i, content=c, event_time=t, session_id=s)
-                for i, c, t, s in rows
-            ]
+        return reads.lexical_rows(self.engine, namespace, after_id=after_id)
 
     # -- reinforcement -------------------------------------------------------------------------
 
@@ -568,31 +513,6 @@ class Repository:
             )
             return {memory_id: version for memory_id, version in rows}
 
-    def predecessors(self, namespace: str, ids: Sequence[int]) -> dict[int, str]:
-        """Return, for each memory, the content of its timeline predecessor in the same session."""
-        out: dict[int, str] = {}
-        with self.reading() as session:
-            for chunk in _chunks(sorted(set(ids))):
-                rows = session.execute(
-                    select(Memory.id, Memory.session_id, Memory.prev_id).where(
-                        Memory.namespace == namespace, Memory.id.in_(chunk)
-                    )
-                ).all()
-                prev_ids = [p for _, _, p in rows if p is not None]
-                prevs = {
-                    i: (s, c)
-                    for i, s, c in session.execute(
-                        select(Memory.id, Memory.session_id, Memory.content).where(
-                            Memory.id.in_(prev_ids)
-                        )
-                    )
-                }
-                for mid, session_id, prev_id in rows:
-                    prev = prevs.get(prev_id) if prev_id is not None else None
-                    if prev is not None and session_id is not None and prev[0] == session_id:
-                        out[mid] = prev[1]
-        return out
-
     # -- export and restore --------------------------------------------------------------------
 
     def export(self, namespace: str) -> Iterator[str]:
@@ -677,48 +597,8 @@ class Repository:
     # -- search reads --------------------------------------------------------------------------
 
     def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
-        """Return what ranking needs of the *active* memories among ``ids``, by id.
-
-        Plain columns without the content: search reads a few hundred candidates per query,
-        and ORM rows cost several times more to load.
-        """
-        out: dict[int, SearchRow] = {}
-        with self.reading() as session:
-            for chunk in _chunks(sorted(set(ids))):
-                rows = session.execute(
-                    select(*(getattr(Memory, name) for name in _SEARCH_COLUMNS)).where(
-                        Memory.namespace == namespace,
-                        Memory.status == MemoryStatus.ACTIVE.value,
-                        Memory.id.in_(chunk),
-                    )
-                )
-                for values in rows:
-                    row = SearchRow(**dict(zip(_SEARCH_FIELDS, values, strict=True)))
-                    out[row.id] = row
-        return out
-
-
-# -- search reads ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchRow:
-    """The columns of an active memory that filtering and ranking read."""
-
-    id: int
-    type: str
-    tags: list[str]
-    metadata: dict[str, Any]
-    event_time: datetime
-    session_id: str | None
-    prev_id: int | None
-    next_id: int | None
-    base_importance: float
-    pinned: bool
-
-
-_SEARCH_FIELDS = tuple(SearchRow.__dataclass_fields__)
-_SEARCH_COLUMNS = tuple("metadata_" if name == "metadata" else name for name in _SEARCH_FIELDS)
+        """Return what ranking needs of the *active* memories among ``ids``, by id."""
+        return reads.search_rows(self.engine, namespace, ids)
 
 
 def _line(data: Mapping[str, Any]) -> str:

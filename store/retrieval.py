@@ -24,7 +24,6 @@ from secretary.config import RetrievalSettings
 SECONDS_PER_DAY = 86_400.0
 # The timeline neighbours of a memory are as associated as the strongest relation.
 TIMELINE_WEIGHT = 1.0
-KIND_CONTEXT = "ctx"  # the vector of "previous turn + this turn" (store.vector_index)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +31,7 @@ class Parts:
     """The parts of relevance, each in [0, 1]."""
 
     lexical: float = 0.0  # BM25 score / the query's best BM25 score
-    dense: float = 0.0  # cosine of the memory's best own vector, scaled over the candidates
-    context: float = 0.0  # cosine of "previous turn + this turn", scaled likewise
+    dense: float = 0.0  # cosine of the memory's vector, scaled over the candidates
     session: float = 0.0  # the memory's session's BM25 score / the best session's
     period: float = 0.0  # 1 when the memory's time falls in a period the query names
 
@@ -75,7 +73,6 @@ def relevance(parts: Parts, settings: RetrievalSettings) -> float:
     return (
         settings.w_lexical * parts.lexical
         + settings.w_dense * parts.dense
-        + settings.w_context * parts.context
         + settings.w_session * parts.session
         + settings.w_period * parts.period
     )
@@ -119,40 +116,25 @@ def recency_factor(age: float, half_life_days: float) -> float:
 # -- relevance parts ---------------------------------------------------------------------------
 
 
-def dense_parts(hits: Iterable[tuple[int, str, float]]) -> dict[int, tuple[float, float]]:
-    """Given (memory_id, kind, cosine) hits, nearest first, return memory_id -> (dense, context).
+def dense_parts(hits: Iterable[tuple[int, float]]) -> dict[int, float]:
+    """Given (memory_id, cosine) hits, nearest first, return memory_id -> dense part.
 
-    ``dense`` comes from the best of the memory's own vectors (whole text or one sentence: a
-    long memory should match a question about one of its sentences), ``context`` from its
-    "previous turn + turn" vector. Each is scaled like the lexical score, so that the parts
-    add up on one scale: the best of its kind is 1 and the last similarity returned is 0. A
-    vector that was not returned is at most as similar as the last one, so it counts 0.
+    The cosine is scaled like the lexical score, so that the parts add up on one scale: the
+    best hit is 1 and the last similarity returned is 0 (a lone hit is 1). A memory that was
+    not returned is at most as similar as the last one, so it counts 0. A memory returned
+    twice keeps its best similarity.
     """
-    own: dict[int, float] = {}
-    context: dict[int, float] = {}
+    best: dict[int, float] = {}
     floor = math.inf
-    for memory_id, kind, similarity in hits:
-        target = context if kind == KIND_CONTEXT else own
-        target[memory_id] = max(similarity, target.get(memory_id, -math.inf))
+    for memory_id, similarity in hits:
+        best[memory_id] = max(similarity, best.get(memory_id, -math.inf))
         floor = min(floor, similarity)
-    best_own = max(own.values(), default=floor)
-    best_context = max(context.values(), default=floor)
-    return {
-        memory_id: (
-            _scaled(own.get(memory_id), floor, best_own),
-            _scaled(context.get(memory_id), floor, best_context),
-        )
-        for memory_id in own.keys() | context.keys()
-    }
-
-
-def _scaled(value: float | None, floor: float, best: float) -> float:
-    """Map [floor, best] onto [0, 1]; a missing value is 0, and a lone value (best = floor) 1."""
-    if value is None:
-        return 0.0
-    if best - floor <= 1e-9:
-        return 1.0
-    return (value - floor) / (best - floor)
+    if not best:
+        return {}
+    top = max(best.values())
+    if top - floor <= 1e-9:
+        return dict.fromkeys(best, 1.0)
+    return {memory_id: (value - floor) / (top - floor) for memory_id, value in best.items()}
 
 
 def session_part(session_id: str | None, sessions: Mapping[str, float]) -> float:

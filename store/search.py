@@ -19,7 +19,8 @@ from secretary.config import RetrievalSettings
 from store.embedder import EmbedderError
 from store.lexical import LexDoc, LexicalCache, LexicalView
 from store.models import Memory
-from store.repository import Edge, LexicalRow, Repository, SearchRow
+from store.reads import Edge, LexicalRow, SearchRow
+from store.repository import Repository
 from store.retrieval import (
     Parts,
     Period,
@@ -95,7 +96,6 @@ class Breakdown:
     relevance: float
     lexical: float
     dense: float
-    context: float
     session: float
     period: float
     importance: float  # (importance / 10) * exp(-lambda * age)
@@ -247,7 +247,7 @@ def rank(
     between the first read and the last is dropped, so a search may return fewer than k.
     """
     namespace, filters = request.namespace, request.filters
-    dense = dense_parts((hit.memory_id, hit.kind, hit.similarity) for hit in evidence.hits)
+    dense = dense_parts((hit.memory_id, hit.similarity) for hit in evidence.hits)
     candidates = list(dict.fromkeys([*evidence.lexical, *dense]))
     rows = _usable(source.search_rows(namespace, candidates), filters)
     parts = {mid: _parts(rows[mid], evidence, dense) for mid in rows}
@@ -283,12 +283,10 @@ def _usable(rows: Mapping[int, SearchRow], filters: SearchFilters) -> dict[int, 
     return {mid: row for mid, row in rows.items() if filters.matches(row)}
 
 
-def _parts(row: SearchRow, evidence: Evidence, dense: Mapping[int, tuple[float, float]]) -> Parts:
-    own, context = dense.get(row.id, (0.0, 0.0))
+def _parts(row: SearchRow, evidence: Evidence, dense: Mapping[int, float]) -> Parts:
     return Parts(
         lexical=evidence.lexical.get(row.id, 0.0),
-        dense=own,
-        context=context,
+        dense=dense.get(row.id, 0.0),
         session=session_part(row.session_id, evidence.sessions),
         period=period_part(row.event_time, evidence.periods),
     )
@@ -353,7 +351,6 @@ def _breakdown(
         relevance=terms.relevance,
         lexical=parts.lexical,
         dense=parts.dense,
-        context=parts.context,
         session=parts.session,
         period=parts.period,
         importance=terms.importance,

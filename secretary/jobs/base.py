@@ -45,10 +45,6 @@ T = TypeVar("T", bound=BaseModel)
 B = TypeVar("B")
 R = TypeVar("R")
 
-# Vector hits asked for per seed, per wanted neighbour: a memory has several vectors
-# (whole text, sentences, context) and only the whole-text ones are compared.
-_HITS_PER_NEIGHBOUR = 4
-
 
 class JobError(SecretaryError):
     """Base class of the jobs' errors."""
@@ -371,8 +367,9 @@ def neighbours(
     }
     for seed, vector in zip(seeds, vectors, strict=True):
         found = 0
-        for hit in store.index.query(namespace, vector, per_seed * _HITS_PER_NEIGHBOUR):
-            if hit.kind != "full" or hit.memory_id == seed.id or hit.similarity < threshold:
+        # One more than wanted: the seed itself, if indexed, is its own nearest hit.
+        for hit in store.index.query(namespace, vector, per_seed + 1):
+            if hit.memory_id == seed.id or hit.similarity < threshold:
                 continue
             pair = (min(seed.id, hit.memory_id), max(seed.id, hit.memory_id))
             best[pair] = max(best.get(pair, -1.0), hit.similarity)

@@ -114,19 +114,17 @@ def _install(point: KillPoint, hit: int) -> None:
         Repository.changing = changing_then_die  # type: ignore[method-assign]
     elif point == "mid-upsert":
         # Chroma got the first half of a batch of vectors.
-        replace = store.vector_index._replace_vectors
+        write = store.vector_index._write_vectors
 
-        @wraps(replace)
-        def replace_half_then_die(
-            collection: Any, *, vectors: Any, embeddings: Any, limit: int
-        ) -> Any:
+        @wraps(write)
+        def write_half_then_die(collection: Any, *, items: Any, embeddings: Any) -> Any:
             if not counter.reached():
-                return replace(collection, vectors=vectors, embeddings=embeddings, limit=limit)
-            half = max(1, len(vectors) // 2)
-            replace(collection, vectors=vectors[:half], embeddings=embeddings[:half], limit=limit)
+                return write(collection, items=items, embeddings=embeddings)
+            half = max(1, len(items) // 2)
+            write(collection, items=items[:half], embeddings=embeddings[:half])
             die()
 
-        store.vector_index._replace_vectors = replace_half_then_die
+        store.vector_index._write_vectors = write_half_then_die
     else:
         # Chroma holds a whole batch; its outbox entries are not yet acknowledged.
         ack = Repository.ack_outbox

@@ -34,7 +34,7 @@ from store.retrieval import (
 NOW = datetime(2023, 10, 20, 12, 0, tzinfo=UTC)
 SETTINGS = RetrievalSettings(
     w_sim=1.0, w_imp=0.2, w_rec=0.1, w_act=0.4,
-    w_lexical=1.0, w_dense=0.5, w_context=0.25, w_session=0.3, w_period=0.2,
+    w_lexical=1.0, w_dense=0.5, w_session=0.3, w_period=0.2,
 )  # fmt: skip
 unit = st.floats(min_value=0.0, max_value=1.0)
 
@@ -47,8 +47,8 @@ def _day(year: int, month: int, day: int) -> datetime:
 
 
 def test_relevance_parts_weighted_sum() -> None:
-    parts = Parts(lexical=1.0, dense=0.6, context=0.4, session=0.5, period=1.0)
-    assert relevance(parts, SETTINGS) == pytest.approx(1.0 + 0.3 + 0.1 + 0.15 + 0.2)
+    parts = Parts(lexical=1.0, dense=0.6, session=0.5, period=1.0)
+    assert relevance(parts, SETTINGS) == pytest.approx(1.0 + 0.3 + 0.15 + 0.2)
 
 
 def test_final_score_terms_documented_formula() -> None:
@@ -115,22 +115,18 @@ def test_recency_factor_one_half_life_halves() -> None:
 # -- relevance parts ---------------------------------------------------------------------------
 
 
-def test_dense_parts_best_sentence_beats_whole_text() -> None:
-    parts = dense_parts([(1, "sent", 0.8), (1, "ctx", 0.6), (1, "full", 0.5), (2, "full", 0.2)])
-    assert parts[1] == (1.0, 1.0)
-    assert parts[2] == (0.0, 0.0)
+def test_dense_parts_scaled_between_last_and_best() -> None:
+    parts = dense_parts([(1, 0.9), (2, 0.6), (3, 0.3)])
+    assert parts == pytest.approx({1: 1.0, 2: 0.5, 3: 0.0})
 
 
-def test_dense_parts_scaled_between_last_and_best_of_kind() -> None:
-    hits = [(1, "full", 0.9), (2, "ctx", 0.7), (2, "full", 0.6), (3, "ctx", 0.5), (4, "full", 0.3)]
-    parts = dense_parts(hits)
-    assert parts[2] == pytest.approx((0.5, 1.0))
-    assert parts[3] == pytest.approx((0.0, 0.5))  # own vectors not returned: 0
-    assert parts[1][1] == 0.0  # its context vector was not returned
+def test_dense_parts_repeated_memory_keeps_best_similarity() -> None:
+    assert dense_parts([(1, 0.9), (2, 0.5), (1, 0.4)]) == pytest.approx({1: 1.0, 2: 0.2})
 
 
-def test_dense_parts_lone_hit_is_best_and_empty_is_empty() -> None:
-    assert dense_parts([(7, "full", 0.42)]) == {7: (1.0, 0.0)}
+def test_dense_parts_lone_or_equal_hits_are_best_and_empty_is_empty() -> None:
+    assert dense_parts([(7, 0.42)]) == {7: 1.0}
+    assert dense_parts([(7, 0.42), (8, 0.42)]) == {7: 1.0, 8: 1.0}
     assert dense_parts([]) == {}
 
 

@@ -13,7 +13,7 @@ import pytest
 from secretary.config import IndexSettings, RetrievalSettings, Settings
 from store.embedder import OnnxMiniLMEmbedder
 from store.models import Memory, MemoryStatus
-from store.repository import Edge, LexicalRow, SearchRow
+from store.reads import Edge, LexicalRow, SearchRow
 from store.search import (
     Evidence,
     Searcher,
@@ -215,8 +215,8 @@ def test_search_breakdown_terms_sum_to_score(store: Store) -> None:
     for hit in result.hits:
         b = hit.breakdown
         parts = (
-            s.w_lexical * b.lexical + s.w_dense * b.dense + s.w_context * b.context
-            + s.w_session * b.session + s.w_period * b.period
+            s.w_lexical * b.lexical + s.w_dense * b.dense + s.w_session * b.session
+            + s.w_period * b.period
         )  # fmt: skip
         terms = s.w_sim * b.relevance + s.w_imp * b.importance + s.w_rec * b.recency
         assert b.relevance == pytest.approx(parts)
@@ -271,8 +271,8 @@ class ChainSource:
             i: SearchRow(
                 id=i,
                 type="event",
-                tags=[],
-                metadata={},
+                tags_json="[]",
+                metadata_json="{}",
                 event_time=NOW - timedelta(days=i),
                 session_id=None,
                 prev_id=i - 1 if i > 1 else None,

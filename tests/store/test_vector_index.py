@@ -19,7 +19,6 @@ from store.vector_index import (
     VectorIndex,
     VectorIndexError,
     collection_name,
-    plan_vectors,
 )
 from tests.conftest_chroma import ChromaServer
 from tests.helpers.fake_embedder import FakeEmbedder
@@ -67,16 +66,12 @@ def ns() -> str:
     return f"user/{uuid.uuid4().hex} Zoë's notes!"
 
 
-def _item(memory_id: int, text: str, *, version: int = 1, context: str | None = None) -> IndexItem:
-    return IndexItem(memory_id=memory_id, version=version, text=text, context=context)
+def _item(memory_id: int, text: str, *, version: int = 1) -> IndexItem:
+    return IndexItem(memory_id=memory_id, version=version, text=text)
 
 
 def _query(index: VectorIndex, ns: str, text: str, n: int = 100) -> list[VectorHit]:
     return index.query(ns, index.embed_query(text), n)
-
-
-def _kinds(hits: list[VectorHit], memory_id: int) -> list[str]:
-    return sorted(hit.kind for hit in hits if hit.memory_id == memory_id)
 
 
 def _closed_port() -> int:
@@ -86,20 +81,7 @@ def _closed_port() -> int:
     return port  # closed again on leaving the block: nothing listens there
 
 
-# --- pure planning -----------------------------------------------------------------------------
-
-
-def test_plan_vectors_single_sentence_only_full() -> None:
-    vectors = plan_vectors(_item(7, "Likes green tea in the morning."))
-    assert [(v.id, v.kind) for v in vectors] == [("7:full:0", "full")]
-
-
-def test_plan_vectors_sentences_and_context_numbered_per_kind() -> None:
-    item = _item(7, "Likes green tea a lot. Hates coffee with milk.", version=3, context="Drinks?")
-    vectors = plan_vectors(item)
-    assert [v.id for v in vectors] == ["7:full:0", "7:sent:0", "7:sent:1", "7:ctx:0"]
-    assert vectors[-1].text == "Drinks?\nLikes green tea a lot. Hates coffee with milk."
-    assert {v.version for v in vectors} == {3}
+# --- names -------------------------------------------------------------------------------------
 
 
 def test_collection_name_any_namespace_is_valid_chroma_name() -> None:
@@ -123,7 +105,7 @@ def test_query_after_upsert_nearest_memory_first(index: VectorIndex, ns: str) ->
     )
     hits = _query(index, ns, "who plays violin")
     assert hits[0].memory_id == 2
-    assert hits[0].kind == "full"
+    assert sorted(hit.memory_id for hit in hits) == [1, 2, 3]  # one vector per memory
     assert [hit.similarity for hit in hits] == sorted(
         (hit.similarity for hit in hits), reverse=True
     )
@@ -132,45 +114,26 @@ def test_query_after_upsert_nearest_memory_first(index: VectorIndex, ns: str) ->
 def test_query_identical_text_similarity_is_one(index: VectorIndex, ns: str) -> None:
     index.upsert(ns, [_item(1, "Alice likes green tea")])
     [hit] = _query(index, ns, "Alice likes green tea")
-    assert (hit.memory_id, hit.kind) == (1, "full")
+    assert hit.memory_id == 1
     assert hit.similarity == pytest.approx(1.0, abs=1e-5)
     assert -1.0 <= hit.similarity <= 1.0
 
 
-def test_upsert_multi_sentence_adds_sent_vectors(index: VectorIndex, ns: str) -> None:
-    index.upsert(ns, [_item(1, "Alice likes green tea. She visits Kyoto every spring.")])
-    hits = _query(index, ns, "Kyoto spring visit")
-    assert _kinds(hits, 1) == ["full", "sent", "sent"]
-    assert hits[0].kind == "sent"  # the sentence matches better than the whole text
+def test_upsert_multi_sentence_memory_is_one_vector(index: VectorIndex, ns: str) -> None:
+    text = "Alice likes green tea. She visits Kyoto every spring."
+    index.upsert(ns, [_item(1, text)])
+    [hit] = _query(index, ns, "Kyoto spring visit")
+    assert hit.memory_id == 1
+    assert index.versions(ns) == {1: 1}
 
 
-def test_upsert_fewer_sentences_leaves_no_stale_vectors(index: VectorIndex, ns: str) -> None:
-    index.upsert(
-        ns, [_item(1, "One sentence is here. Another sentence follows. A third one ends.")]
-    )
+def test_upsert_new_version_replaces_vector(index: VectorIndex, ns: str) -> None:
+    index.upsert(ns, [_item(1, "One sentence is here. Another sentence follows.")])
     index.upsert(ns, [_item(1, "Now just one sentence remains.", version=2)])
-    hits = _query(index, ns, "sentence")
-    assert _kinds(hits, 1) == ["full"]
-
-
-def test_upsert_with_context_adds_ctx_vector(index: VectorIndex, ns: str) -> None:
-    index.upsert(
-        ns,
-        [
-            _item(1, "Yes, every single day", context="Do you walk the dog?"),
-            _item(2, "Yes, every single day"),
-        ],
-    )
-    hits = _query(index, ns, "walk the dog")
-    assert _kinds(hits, 1) == ["ctx", "full"]
-    assert _kinds(hits, 2) == ["full"]
-    assert (hits[0].memory_id, hits[0].kind) == (1, "ctx")
-
-
-def test_upsert_context_removed_drops_ctx_vector(index: VectorIndex, ns: str) -> None:
-    index.upsert(ns, [_item(1, "Yes, every single day", context="Do you walk the dog?")])
-    index.upsert(ns, [_item(1, "Yes, every single day", version=2)])
-    assert _kinds(_query(index, ns, "walk the dog"), 1) == ["full"]
+    [hit] = _query(index, ns, "Now just one sentence remains.")
+    assert hit.memory_id == 1
+    assert hit.similarity == pytest.approx(1.0, abs=1e-5)
+    assert index.versions(ns) == {1: 2}
 
 
 def test_upsert_same_items_twice_is_idempotent(index: VectorIndex, ns: str) -> None:
@@ -186,8 +149,7 @@ def test_upsert_batch_embeds_in_one_call(
 ) -> None:
     items = [_item(i, f"Memory number {i} is here. It has two sentences.") for i in range(20)]
     index.upsert(ns, items)
-    assert len(embedder.calls) == 1
-    assert len(embedder.calls[0]) == 20 * 3
+    assert embedder.calls == [[item.text for item in items]]
 
 
 def test_upsert_repeated_memory_id_last_wins(index: VectorIndex, ns: str) -> None:
@@ -202,12 +164,9 @@ def test_upsert_over_max_batch_size_chunks_and_keeps_all(
 ) -> None:
     monkeypatch.setattr(index, "_max_batch", 4)
     items = [_item(i, f"Memory {i} first part. Memory {i} second part.") for i in range(10)]
-    long_text = " ".join(f"Sentence number {i} of the long one." for i in range(6))
-    items.append(_item(99, long_text))  # 7 vectors: more than a batch on its own
     index.upsert(ns, items)
-    assert index.versions(ns) == {i: 1 for i in [*range(10), 99]}
-    assert all(len(call) <= 4 for call in embedder.calls[:-1])
-    assert _kinds(_query(index, ns, "long one"), 99) == ["full"] + ["sent"] * 6
+    assert index.versions(ns) == {i: 1 for i in range(10)}
+    assert [len(call) for call in embedder.calls] == [4, 4, 2]
 
 
 def test_upsert_empty_items_creates_nothing(index: VectorIndex, ns: str) -> None:
@@ -220,7 +179,7 @@ def test_upsert_empty_items_creates_nothing(index: VectorIndex, ns: str) -> None
 
 def test_versions_reflects_latest_upsert(index: VectorIndex, ns: str) -> None:
     index.upsert(ns, [_item(1, "first text", version=1), _item(2, "second text", version=4)])
-    index.upsert(ns, [_item(1, "first text, edited. Now two sentences here.", version=2)])
+    index.upsert(ns, [_item(1, "first text, edited", version=2)])
     assert index.versions(ns) == {1: 2, 2: 4}
 
 
@@ -236,13 +195,9 @@ def test_versions_missing_namespace_empty(index: VectorIndex, ns: str) -> None:
     assert index.versions(ns) == {}
 
 
-def test_delete_removes_all_vectors_of_memory(index: VectorIndex, ns: str) -> None:
+def test_delete_removes_vector_of_memory(index: VectorIndex, ns: str) -> None:
     index.upsert(
-        ns,
-        [
-            _item(1, "Alice likes tea. She visits Kyoto often.", context="Hobbies?"),
-            _item(2, "Bob likes tea too"),
-        ],
+        ns, [_item(1, "Alice likes tea. She visits Kyoto often."), _item(2, "Bob likes tea")]
     )
     index.delete(ns, [1])
     hits = _query(index, ns, "tea")
@@ -355,6 +310,24 @@ def test_upsert_mismatched_embedder_does_not_embed(open_index: OpenIndex, ns: st
     with pytest.raises(EmbedderMismatchError):
         open_index(embedder_b).upsert(ns, [_item(2, "Bob likes tea")])
     assert embedder_b.calls == []
+
+
+def test_open_collection_of_older_layout_refused_until_rebuilt(
+    open_index: OpenIndex, ns: str
+) -> None:
+    index = open_index()
+    index.upsert(ns, [_item(1, "Alice likes tea")])
+    collection = index._collection(ns, create=False)
+    assert collection is not None
+    # An index written by an older version: several vectors per memory, no layout key.
+    metadata = {k: v for k, v in (collection.metadata or {}).items() if k != "layout"}
+    collection.modify(metadata=metadata)
+    reader = open_index()
+    with pytest.raises(VectorIndexError, match=r"another layout.*rebuild"):
+        reader.versions(ns)
+    reader.drop(ns)  # what `secretary index rebuild` does first
+    reader.upsert(ns, [_item(1, "Alice likes tea")])
+    assert reader.versions(ns) == {1: 1}
 
 
 # --- opening and failures ----------------------------------------------------------------------

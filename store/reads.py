@@ -1,0 +1,163 @@
+"""The reads on the search path: Core statements built once, run on a plain connection.
+
+A search reads a few hundred rows in four or five statements, so the ORM's per-statement and
+per-row machinery, and building the statement each time, were most of its cost; these reads
+skip both. Lookups of a list of ids select by primary key alone and check the namespace in
+Python: given "namespace = ? AND id IN (...)", SQLite (without planner statistics) walks the
+namespace's whole index instead of looking the ids up, ~14 ms instead of ~0.5 ms at 100k
+memories.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Text, bindparam, cast, or_, select
+
+from store.models import Memory, MemoryRelation, MemoryStatus, NamespaceState
+
+CHUNK = 500  # ids per IN (...) clause; well below every backend's parameter limit
+
+_MEMORIES = Memory.__table__.c
+_RELATIONS = MemoryRelation.__table__.c
+_ACTIVE = MemoryStatus.ACTIVE.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRow:
+    """The columns of an active memory that filtering and ranking read.
+
+    Tags and metadata stay JSON text until a filter reads them: most searches have no filter,
+    and decoding them for every candidate was a tenth of a search's time.
+    """
+
+    id: int
+    type: str
+    tags_json: str
+    metadata_json: str
+    event_time: datetime
+    session_id: str | None
+    prev_id: int | None
+    next_id: int | None
+    base_importance: float
+    pinned: bool
+
+    @cached_property
+    def tags(self) -> list[str]:
+        tags: list[str] = json.loads(self.tags_json)
+        return tags
+
+    @cached_property
+    def metadata(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = json.loads(self.metadata_json)
+        return metadata
+
+
+@dataclass(frozen=True, kw_only=True)
+class Edge:
+    source_id: int
+    target_id: int
+    type: str
+    strength: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LexicalRow:
+    memory_id: int
+    content: str
+    event_time: datetime
+    session_id: str | None
+
+
+_SEARCH_FIELDS = tuple(SearchRow.__dataclass_fields__)
+_AS_TEXT = {"tags_json": _MEMORIES.tags, "metadata_json": _MEMORIES.metadata}
+_SEARCH_ROWS = select(
+    _MEMORIES.namespace,
+    _MEMORIES.status,
+    *(
+        cast(_AS_TEXT[name], Text) if name in _AS_TEXT else _MEMORIES[name]
+        for name in _SEARCH_FIELDS
+    ),
+).where(_MEMORIES.id.in_(bindparam("ids", expanding=True)))
+
+_EDGES = select(
+    _RELATIONS.namespace,
+    _RELATIONS.source_id,
+    _RELATIONS.target_id,
+    _RELATIONS.type,
+    _RELATIONS.strength,
+).where(
+    or_(
+        _RELATIONS.source_id.in_(bindparam("ids", expanding=True)),
+        _RELATIONS.target_id.in_(bindparam("ids", expanding=True)),
+    )
+)
+
+_LEXICAL_ROWS = (
+    select(_MEMORIES.id, _MEMORIES.content, _MEMORIES.event_time, _MEMORIES.session_id)
+    .where(
+        _MEMORIES.namespace == bindparam("namespace"),
+        _MEMORIES.status == _ACTIVE,
+        _MEMORIES.id > bindparam("after_id"),
+    )
+    .order_by(_MEMORIES.id)
+)
+
+_REVISION = select(NamespaceState.__table__.c.revision).where(
+    NamespaceState.__table__.c.namespace == bindparam("namespace")
+)
+
+
+def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
+    ordered = sorted(set(ids))
+    for start in range(0, len(ordered), CHUNK):
+        yield ordered[start : start + CHUNK]
+
+
+def search_rows(engine: Engine, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
+    """Return what ranking needs of the *active* memories of ``namespace`` among ``ids``."""
+    out: dict[int, SearchRow] = {}
+    with engine.connect() as connection:
+        for chunk in _chunks(ids):
+            for row_namespace, status, *values in _all(connection, _SEARCH_ROWS, ids=chunk):
+                if row_namespace == namespace and status == _ACTIVE:
+                    row = SearchRow(**dict(zip(_SEARCH_FIELDS, values, strict=True)))
+                    out[row.id] = row
+    return out
+
+
+def edges(engine: Engine, namespace: str, ids: Iterable[int]) -> list[Edge]:
+    """Return the relations of ``namespace`` touching any of ``ids``, strongest first."""
+    out: list[Edge] = []
+    with engine.connect() as connection:
+        for chunk in _chunks(ids):
+            out.extend(
+                Edge(source_id=s, target_id=t, type=kind, strength=strength)
+                for row_namespace, s, t, kind, strength in _all(connection, _EDGES, ids=chunk)
+                if row_namespace == namespace
+            )
+    out.sort(key=lambda edge: -edge.strength)
+    return out
+
+
+def lexical_rows(engine: Engine, namespace: str, *, after_id: int = 0) -> list[LexicalRow]:
+    """Return the active memories with id > ``after_id``, by id, for the lexical index."""
+    with engine.connect() as connection:
+        rows = _all(connection, _LEXICAL_ROWS, namespace=namespace, after_id=after_id)
+    return [LexicalRow(memory_id=i, content=c, event_time=t, session_id=s) for i, c, t, s in rows]
+
+
+def revision(engine: Engine, namespace: str) -> int:
+    """Return the namespace's revision: it grows with every committed change of it."""
+    with engine.connect() as connection:
+        value = connection.execute(_REVISION, {"namespace": namespace}).scalar()
+    return int(value or 0)
+
+
+def _all(connection: Connection, statement: Any, **params: object) -> Sequence[Any]:
+    return connection.execute(statement, params).all()
