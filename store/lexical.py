@@ -318,6 +318,11 @@ class LexicalCache:
                 slot.state = state
             return state.view
 
+    @property
+    def capacity(self) -> int:
+        """How many namespaces the cache keeps (least recently used ones are dropped)."""
+        return self._max_namespaces
+
     def invalidate(self, namespace: str) -> None:
         """Forget ``namespace`` so its next `get` rebuilds the base from ``load_all``."""
         with self._lock:

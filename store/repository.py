@@ -367,6 +367,19 @@ class Repository:
                 session.scalars(select(Memory.namespace).distinct().order_by(Memory.namespace))
             )
 
+    def largest_namespaces(self, limit: int) -> list[str]:
+        """Return up to ``limit`` namespaces, those with the most active memories first."""
+        count = func.count().label("count")
+        with self.reading() as session:
+            rows = session.execute(
+                select(Memory.namespace, count)
+                .where(Memory.status == MemoryStatus.ACTIVE.value)
+                .group_by(Memory.namespace)
+                .order_by(count.desc(), Memory.namespace)
+                .limit(limit)
+            )
+            return [namespace for namespace, _ in rows]
+
     def lexical_rows(self, namespace: str, *, after_id: int = 0) -> list[LexicalRow]:
         """Return the active memories with id > ``after_id``, for the lexical index."""
         return reads.lexical_rows(self.engine, namespace, after_id=after_id)

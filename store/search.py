@@ -8,6 +8,7 @@ The scoring itself is pure (``store.retrieval``); this module only fetches the v
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -45,6 +46,9 @@ from store.vector_index import VectorHit, VectorIndex, VectorIndexError
 
 # Sessions scored per query; a session outside the best ones adds nothing to its memories.
 SESSION_CANDIDATES = 100
+# After the vector index fails, searches skip it (answering lexically, marked degraded) for
+# this long: an unreachable Chroma server would otherwise cost every search its timeout.
+VECTOR_RETRY_SECONDS = 30.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,11 +158,14 @@ class Searcher:
         index: Callable[[], VectorIndex],
         lexical: LexicalCache,
         settings: RetrievalSettings,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._repository = repository
         self._index = index
         self._lexical = lexical
         self.settings = settings
+        self._monotonic = monotonic
+        self._vector_failure: tuple[float, str] | None = None  # (retry after, reason)
 
     def search(self, request: SearchRequest, *, now: datetime) -> SearchResult:
         """Return the best ``request.k`` active memories matching the filters, best first."""
@@ -177,11 +184,21 @@ class Searcher:
         view = self.lexical_view(request.namespace)
         hits: list[VectorHit] = []
         degraded: tuple[str, ...] = ()
-        try:
-            hits = self._dense(request, config.dense_candidates * widen)
-        except (VectorIndexError, EmbedderError) as exc:
-            logger.warning("vector index unavailable, searching lexically only: {}", exc)
-            degraded = (f"vector index unavailable: {exc}",)
+        failure = self._vector_failure
+        if failure is not None and self._monotonic() < failure[0]:
+            degraded = (f"vector index unavailable: {failure[1]}",)
+        else:
+            try:
+                hits = self._dense(request, config.dense_candidates * widen)
+                self._vector_failure = None
+            except (VectorIndexError, EmbedderError) as exc:
+                logger.warning(
+                    "vector index unavailable, searching lexically only for {:.0f} s: {}",
+                    VECTOR_RETRY_SECONDS,
+                    exc,
+                )
+                self._vector_failure = (self._monotonic() + VECTOR_RETRY_SECONDS, str(exc))
+                degraded = (f"vector index unavailable: {exc}",)
         return (
             Evidence(
                 lexical=view.search(request.query, config.lexical_candidates * widen),

@@ -85,6 +85,19 @@ class Store:
             repository=self.repository, index=self.index, batch_size=self.settings.index.batch_size
         )
 
+    def warm_up(self, namespace: str) -> None:
+        """Load what a first search of ``namespace`` needs: the model, BM25, the collection.
+
+        Raise VectorIndexError or EmbedderError if the vector side cannot be loaded (BM25 is
+        built first, so it is warm either way).
+        """
+        self.searcher.lexical_view(namespace)
+        self.index.query(namespace, self.index.embed_query(namespace), 1)
+
+    def warm_namespaces(self) -> list[str]:
+        """The namespaces a warm-up loads: as many as the lexical cache holds, largest first."""
+        return self.repository.largest_namespaces(self.lexical.capacity)
+
     # -- writes --------------------------------------------------------------------------------
 
     def add_memories(

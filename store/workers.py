@@ -1,14 +1,19 @@
-"""Background work of the API process: applying the vector-index outbox.
+"""Background work of the API process: applying the vector-index outbox, and warming up.
 
 Ingest only writes SQL (with its outbox rows); the ``IndexWorker`` brings Chroma up to date every
 ``interval`` seconds, or at once after ``kick()``. If Chroma is down the worker backs off and tries
 again later; nothing is lost because the outbox stays in SQL until Chroma has applied it.
+
+The ``Warmer`` loads, once at start, what the first search of each namespace would otherwise wait
+for: the embedding model, the namespace's BM25 index and its vector collection (seconds at 100k
+memories).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 
 from loguru import logger
 from sqlalchemy.exc import SQLAlchemyError
@@ -100,6 +105,59 @@ class IndexWorker:
         """Stop the thread, letting a sync in progress finish (bounded by ``timeout``)."""
         self._stop.set()
         self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)
+
+
+class Warmer:
+    """Runs ``warm(namespace)`` for each namespace once, in a background thread."""
+
+    def __init__(
+        self, namespaces: Callable[[], Sequence[str]], warm: Callable[[str], None]
+    ) -> None:
+        self._namespaces = namespaces
+        self._warm = warm
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.done = threading.Event()  # set when every namespace was warmed (or tried)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="warm-up", daemon=True)
+            self._thread.start()
+
+    def run(self) -> None:
+        """Warm every namespace now, in this thread; failures are logged, not raised."""
+        started = time.monotonic()
+        try:
+            names = list(self._namespaces())
+        except SQLAlchemyError as exc:
+            logger.warning("warm-up skipped: cannot list the namespaces: {}", exc)
+            names = []
+        for namespace in names:
+            if self._stop.is_set():
+                break
+            try:
+                self._warm(namespace)
+            except (VectorIndexError, EmbedderError, SQLAlchemyError) as exc:
+                # The search path degrades the same way; warming up only saves time.
+                logger.warning("warm-up of namespace {!r} incomplete: {}", namespace, exc)
+        logger.info(
+            "warm-up of {} namespaces took {:.1f} s", len(names), time.monotonic() - started
+        )
+        self.done.set()
+
+    def _run(self) -> None:
+        try:
+            self.run()
+        except Exception:  # noqa: BLE001 - thread boundary; logged with traceback
+            logger.exception("warm-up failed unexpectedly")
+            self.done.set()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop after the namespace being warmed (bounded by ``timeout``)."""
+        self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout)

@@ -19,7 +19,7 @@ from store.api.routes_ops import add_operational_routes
 from store.api.routes_search import add_search_route
 from store.reinforcement import Reinforcer
 from store.service import Store
-from store.workers import IndexWorker
+from store.workers import IndexWorker, Warmer
 
 
 def create_app(
@@ -33,6 +33,7 @@ def create_app(
         clock=clock,
         reinforcer=Reinforcer(store.repository, store.settings.reinforcement),
         worker=IndexWorker(lambda: store.indexer.sync()),
+        warmer=Warmer(store.warm_namespaces, store.warm_up),
         metrics=Metrics(),
     )
 
@@ -41,10 +42,12 @@ def create_app(
         if start_workers:
             state.reinforcer.start()
             state.worker.start()
+            state.warmer.start()
         try:
             yield
         finally:
             logger.info("API shutting down: stopping workers and flushing reinforcement")
+            state.warmer.close()
             state.worker.close()
             state.reinforcer.close()
 

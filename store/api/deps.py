@@ -11,7 +11,7 @@ from store.api.auth import Principal, authenticate, presented_key
 from store.api.metrics import Metrics
 from store.reinforcement import Reinforcer
 from store.service import Store
-from store.workers import IndexWorker
+from store.workers import IndexWorker, Warmer
 
 MAX_ID = 2**63 - 1  # beyond a 64-bit id the database driver itself would fail
 
@@ -24,6 +24,7 @@ class ApiState:
     clock: Callable[[], datetime]
     reinforcer: Reinforcer
     worker: IndexWorker
+    warmer: Warmer
     metrics: Metrics
 
 

@@ -72,6 +72,8 @@ class HealthOut(BaseModel):
     status: str
     database: str
     outbox: int | None
+    # False while the start-up warm-up still loads indexes (first searches are slower).
+    warm: bool
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -19,14 +19,15 @@ def add_operational_routes(app: FastAPI) -> None:
         summary="Liveness and database reachability (no key needed)",
     )
     def healthz(state: State, response: Response) -> dict[str, Any]:
+        warm = state.warmer.done.is_set()
         try:
             outbox = state.store.repository.outbox_size()
         except SQLAlchemyError as exc:
             logger.warning("health check: the database is unreachable: {}", exc)
             response.status_code = 503
-            return {"status": "error", "database": "unreachable", "outbox": None}
+            return {"status": "error", "database": "unreachable", "outbox": None, "warm": warm}
         state.metrics.outbox.set(outbox)
-        return {"status": "ok", "database": "ok", "outbox": outbox}
+        return {"status": "ok", "database": "ok", "outbox": outbox, "warm": warm}
 
     @app.get("/metrics", summary="Prometheus metrics (no key needed)", response_class=Response)
     def metrics(state: State) -> Response:

@@ -380,7 +380,14 @@ def test_healthz_needs_no_key_and_reports_outbox(client: TestClient) -> None:
     ingest(client, [{"content": "a"}, {"content": "b"}])
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "outbox": 2}
+    assert response.json() == {"status": "ok", "database": "ok", "outbox": 2, "warm": False}
+
+
+def test_healthz_warm_after_warm_up(client: TestClient, app: FastAPI, store: Store) -> None:
+    ingest(client, [{"content": "Maya ran a half marathon in Lisbon"}])
+    api_state(app).warmer.run()
+    assert client.get("/healthz").json()["warm"] is True
+    assert len(store.lexical) == 1  # the namespace's BM25 index is built
 
 
 def test_healthz_database_unreachable_503(tmp_path: Path) -> None:

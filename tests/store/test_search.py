@@ -15,6 +15,7 @@ from store.embedder import OnnxMiniLMEmbedder
 from store.models import Memory, MemoryStatus
 from store.reads import Edge, LexicalRow, SearchRow
 from store.search import (
+    VECTOR_RETRY_SECONDS,
     Evidence,
     Searcher,
     SearchFilters,
@@ -25,6 +26,7 @@ from store.search import (
     rank,
 )
 from store.service import Store
+from store.vector_index import VectorIndexError
 
 NOW = datetime(2023, 7, 1, 12, 0, tzinfo=UTC)
 MAY = datetime(2023, 5, 7, 13, 56, tzinfo=UTC)
@@ -129,6 +131,36 @@ def test_search_chroma_unreachable_lexical_only_and_degraded(
     assert result.degraded[0].startswith("vector index unavailable")
     assert _contents(result)[0] == CORPUS[0]["content"]
     assert all(hit.breakdown.dense == 0.0 for hit in result.hits)
+
+
+def test_search_vector_index_failing_skipped_until_retry_time(
+    fresh: Store, embedder: OnnxMiniLMEmbedder
+) -> None:
+    fresh.add_memories(NS, CORPUS, now=NOW)
+    fresh.indexer.sync()
+    opened: list[int] = []
+    clock = [1000.0]
+
+    def broken_index() -> Any:
+        opened.append(1)
+        raise VectorIndexError("cannot reach the Chroma server")
+
+    searcher = Searcher(
+        repository=fresh.repository,
+        index=broken_index,
+        lexical=fresh.lexical,
+        settings=fresh.settings.retrieval,
+        monotonic=lambda: clock[0],
+    )
+    request = SearchRequest(namespace=NS, query="LGBTQ support group")
+    for _ in range(3):
+        result = searcher.search(request, now=NOW)
+        assert result.degraded == ("vector index unavailable: cannot reach the Chroma server",)
+        assert _contents(result)[0] == CORPUS[0]["content"]
+    assert len(opened) == 1  # one failure, then lexical answers without trying again
+    clock[0] += VECTOR_RETRY_SECONDS
+    searcher.search(request, now=NOW)
+    assert len(opened) == 2
 
 
 # -- filters -----------------------------------------------------------------------------------

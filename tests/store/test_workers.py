@@ -1,0 +1,90 @@
+"""The API process's background work: the start-up warm-up (the index worker: test_api.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from secretary.config import Settings
+from store.service import Store
+from store.vector_index import VectorIndexError
+from store.workers import Warmer
+from tests.helpers.fake_embedder import FakeEmbedder
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store.open(Settings(data_dir=tmp_path), create=True, embedder=FakeEmbedder())
+    yield opened
+    opened.close()
+
+
+def _add(store: Store, namespace: str, count: int) -> None:
+    items = [{"content": f"memory {i} of {namespace}"} for i in range(count)]
+    store.add_memories(namespace, items, now=NOW)
+
+
+def test_warm_namespaces_largest_first_up_to_cache_capacity(store: Store) -> None:
+    for namespace, count in (("small", 1), ("big", 3), ("middle", 2)):
+        _add(store, namespace, count)
+    assert store.warm_namespaces() == ["big", "middle", "small"]
+    assert store.repository.largest_namespaces(2) == ["big", "middle"]
+
+
+def test_warm_up_builds_lexical_index_and_opens_collection(store: Store) -> None:
+    _add(store, "maya", 3)
+    store.indexer.sync()
+    embedder = store.embedder
+    assert isinstance(embedder, FakeEmbedder)
+    store.warm_up("maya")
+    assert len(store.lexical) == 1
+    assert embedder.calls  # the model was used once
+    revision = store.repository.revision("maya")
+    # The next search finds the index current: nothing is loaded again.
+    assert store.lexical.get("maya", revision, _unexpected_load, _unexpected_load_since)
+
+
+def _unexpected_load() -> list[object]:
+    raise AssertionError("the warm index was rebuilt")
+
+
+def _unexpected_load_since(after_id: int) -> list[object]:
+    raise AssertionError("the warm index was refreshed")
+
+
+def test_warmer_failing_namespace_goes_on_with_the_next() -> None:
+    warmed: list[str] = []
+
+    def warm(namespace: str) -> None:
+        if namespace == "broken":
+            raise VectorIndexError("Chroma is down")
+        warmed.append(namespace)
+
+    warmer = Warmer(lambda: ["a", "broken", "b"], warm)
+    warmer.run()
+    assert warmed == ["a", "b"]
+    assert warmer.done.is_set()
+
+
+def test_warmer_database_down_finishes_without_raising() -> None:
+    def namespaces() -> list[str]:
+        raise OperationalError("SELECT", {}, Exception("database is down"))
+
+    warmer = Warmer(namespaces, lambda namespace: None)
+    warmer.run()
+    assert warmer.done.is_set()
+
+
+def test_warmer_thread_start_and_close(store: Store) -> None:
+    _add(store, "maya", 2)
+    warmer = Warmer(store.warm_namespaces, store.warm_up)
+    warmer.start()
+    assert warmer.done.wait(30)
+    warmer.close()
+    assert len(store.lexical) == 1
