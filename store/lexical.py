@@ -17,7 +17,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import bm25s
 import numpy as np
@@ -91,6 +91,7 @@ class _Part(Generic[K]):
         self._bm25: bm25s.BM25 | None = None
         self._vocab: dict[str, int] = {}
         self._df: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._keys: npt.NDArray[Any] | None = None  # the keys as an array, made on demand
         if any(tokens):  # bm25s fails on a corpus without a single token
             self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
             self._bm25.index(tokens, create_empty_token=False, show_progress=False)
@@ -98,20 +99,29 @@ class _Part(Generic[K]):
             # Column pointers of bm25s's CSC score matrix: their differences are the DFs.
             self._df = np.diff(self._bm25.scores["indptr"]).astype(np.int64)
 
+    def _key_array(self) -> npt.NDArray[Any]:
+        if self._keys is None:
+            self._keys = np.asarray(self.keys)
+        return self._keys
+
     def doc_freq(self, term: str) -> int:
         """Return how many of this part's documents contain ``term``."""
         term_id = self._vocab.get(term)
         return 0 if term_id is None else int(self._df[term_id])
 
-    def top_k(self, weights: dict[str, float], k: int) -> list[tuple[K, float]]:
+    def top_k(
+        self, weights: dict[str, float], k: int, among: frozenset[K] | None = None
+    ) -> list[tuple[K, float]]:
         """Return up to ``k`` (key, score) pairs scoring above 0, best first.
 
         ``weights`` maps each query term to a multiplier of its bm25s score (its count in
-        the query times any IDF correction).
+        the query times any IDF correction); ``among``, if given, restricts the keys.
         """
         if self._bm25 is None or not weights:
             return []
         total = self._scores(self._bm25, weights)
+        if among is not None:
+            total[~np.isin(self._key_array(), np.asarray(list(among)))] = 0.0
         hits = np.flatnonzero(total)  # in document order
         if hits.size > k:
             # Partition the hits only: numpy's partition is very slow on the many zeros.
@@ -136,7 +146,9 @@ class _Part(Generic[K]):
         return total
 
 
-def _search_parts(parts: Sequence[_Part[K]], terms: list[str], k: int) -> dict[K, float]:
+def _search_parts(
+    parts: Sequence[_Part[K]], terms: list[str], k: int, among: frozenset[K] | None = None
+) -> dict[K, float]:
     """Score ``terms`` over disjoint parts as one corpus; return the normalised top ``k``.
 
     Each part's BM25 uses its own IDF and average length, so every term's score is re-weighted
@@ -156,7 +168,7 @@ def _search_parts(parts: Sequence[_Part[K]], terms: list[str], k: int) -> dict[K
             for term, count in query_tf.items()
             if part.doc_freq(term) > 0
         }
-        for key, score in part.top_k(weights, k):
+        for key, score in part.top_k(weights, k, among):
             found[key] = max(score, found.get(key, 0.0))
     return _normalise_top_k(found, k)
 
@@ -234,10 +246,10 @@ class LexicalView:
         self._indexes = [base] if tail is None or len(tail) == 0 else [base, tail]
         self.tail_size = 0 if tail is None else len(tail)
 
-    def search(self, query: str, k: int) -> dict[int, float]:
-        """Like `LexicalIndex.search`, over base and tail."""
+    def search(self, query: str, k: int, among: frozenset[int] | None = None) -> dict[int, float]:
+        """Like `LexicalIndex.search`, over base and tail; ``among`` restricts the memories."""
         parts = [index.memory_part for index in self._indexes]
-        return _search_parts(parts, tokenize([query])[0], k)
+        return _search_parts(parts, tokenize([query])[0], k, among)
 
     def search_sessions(self, query: str, k: int) -> dict[str, float]:
         """Like `LexicalIndex.search_sessions`, over base and tail."""

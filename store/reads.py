@@ -11,6 +11,7 @@ memories.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,14 +77,14 @@ class LexicalRow:
 
 _SEARCH_FIELDS = tuple(SearchRow.__dataclass_fields__)
 _AS_TEXT = {"tags_json": _MEMORIES.tags, "metadata_json": _MEMORIES.metadata}
-_SEARCH_ROWS = select(
-    _MEMORIES.namespace,
-    _MEMORIES.status,
-    *(
-        cast(_AS_TEXT[name], Text) if name in _AS_TEXT else _MEMORIES[name]
-        for name in _SEARCH_FIELDS
-    ),
-).where(_MEMORIES.id.in_(bindparam("ids", expanding=True)))
+_SEARCH_COLUMNS = tuple(
+    cast(_AS_TEXT[name], Text) if name in _AS_TEXT else _MEMORIES[name] for name in _SEARCH_FIELDS
+)
+_SEARCH_ROWS = select(_MEMORIES.namespace, _MEMORIES.status, *_SEARCH_COLUMNS).where(
+    _MEMORIES.id.in_(bindparam("ids", expanding=True))
+)
+# Metadata keys that are safe in a JSON path on every backend; others are checked in Python.
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 _EDGES = select(
     _RELATIONS.namespace,
@@ -129,6 +130,49 @@ def search_rows(engine: Engine, namespace: str, ids: Iterable[int]) -> dict[int,
                     row = SearchRow(**dict(zip(_SEARCH_FIELDS, values, strict=True)))
                     out[row.id] = row
     return out
+
+
+def filtered_rows(
+    engine: Engine,
+    namespace: str,
+    *,
+    types: Sequence[str] = (),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    metadata: Sequence[tuple[str, str]] = (),
+    limit: int,
+) -> list[SearchRow] | None:
+    """Return the active memories that may pass these filters, or None if over ``limit``.
+
+    A superset: type and time range are exact, a metadata pair is narrowed in SQL only when
+    its value cannot be the JSON text of a non-string (e.g. "NETWORK", not "3" or "true"),
+    and tags not at all; the caller checks each row exactly.
+    """
+    query = select(*_SEARCH_COLUMNS).where(
+        _MEMORIES.namespace == namespace, _MEMORIES.status == _ACTIVE
+    )
+    if types:
+        query = query.where(_MEMORIES.type.in_(list(types)))
+    if since is not None:
+        query = query.where(_MEMORIES.event_time >= since)
+    if until is not None:
+        query = query.where(_MEMORIES.event_time < until)
+    for key, value in metadata:
+        if _PLAIN_KEY.fullmatch(key) and not _is_json(value):
+            query = query.where(_MEMORIES.metadata[key].as_string() == value)
+    with engine.connect() as connection:
+        rows = connection.execute(query.limit(limit + 1)).all()
+    if len(rows) > limit:
+        return None
+    return [SearchRow(**dict(zip(_SEARCH_FIELDS, values, strict=True))) for values in rows]
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def edges(engine: Engine, namespace: str, ids: Iterable[int]) -> list[Edge]:

@@ -613,6 +613,12 @@ class Repository:
         """Return what ranking needs of the *active* memories among ``ids``, by id."""
         return reads.search_rows(self.engine, namespace, ids)
 
+    def filtered_rows(
+        self, namespace: str, *, limit: int, **filters: Any
+    ) -> list[SearchRow] | None:
+        """Return the active memories that may pass ``filters`` (see reads.filtered_rows)."""
+        return reads.filtered_rows(self.engine, namespace, limit=limit, **filters)
+
 
 def _line(data: Mapping[str, Any]) -> str:
     return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -46,6 +46,10 @@ from store.vector_index import VectorHit, VectorIndex, VectorIndexError
 
 # Sessions scored per query; a session outside the best ones adds nothing to its memories.
 SESSION_CANDIDATES = 100
+# A filtered search first asks SQL which memories pass the filters; when at most this many may,
+# both indexes search only among them, so a rare match is found however far down it would
+# rank. More than this and the filters are not selective: the pools are widened instead.
+FILTER_CANDIDATES = 5000
 # After the vector index fails, searches skip it (answering lexically, marked degraded) for
 # this long: an unreachable Chroma server would otherwise cost every search its timeout.
 VECTOR_RETRY_SECONDS = 30.0
@@ -180,7 +184,8 @@ class Searcher:
     ) -> tuple[Evidence, tuple[str, ...]]:
         """Query both indexes; a failing vector index leaves lexical evidence and a reason."""
         config = settings or self.settings
-        widen = 1 if _unfiltered(request.filters) else FILTERED_WIDENING
+        among = self.passing(request)
+        widen = FILTERED_WIDENING if among is None and not _unfiltered(request.filters) else 1
         view = self.lexical_view(request.namespace)
         hits: list[VectorHit] = []
         degraded: tuple[str, ...] = ()
@@ -189,7 +194,7 @@ class Searcher:
             degraded = (f"vector index unavailable: {failure[1]}",)
         else:
             try:
-                hits = self._dense(request, config.dense_candidates * widen)
+                hits = self._dense(request, config.dense_candidates * widen, among)
                 self._vector_failure = None
             except (VectorIndexError, EmbedderError) as exc:
                 logger.warning(
@@ -201,7 +206,7 @@ class Searcher:
                 degraded = (f"vector index unavailable: {exc}",)
         return (
             Evidence(
-                lexical=view.search(request.query, config.lexical_candidates * widen),
+                lexical=view.search(request.query, config.lexical_candidates * widen, among),
                 sessions=view.search_sessions(request.query, SESSION_CANDIDATES),
                 hits=hits,
                 periods=parse_periods(request.query, now),
@@ -218,12 +223,30 @@ class Searcher:
 
         return self._lexical.get(namespace, revision, lambda: load_since(0), load_since)
 
-    def _dense(self, request: SearchRequest, n: int) -> list[VectorHit]:
+    def passing(self, request: SearchRequest) -> frozenset[int] | None:
+        """Return the memories that pass the request's filters, if filtered and few enough."""
+        filters = request.filters
+        if _unfiltered(filters):
+            return None
+        rows = self._repository.filtered_rows(
+            request.namespace,
+            types=filters.types,
+            since=filters.since,
+            until=filters.until,
+            metadata=filters.metadata,
+            limit=FILTER_CANDIDATES,
+        )
+        return None if rows is None else frozenset(row.id for row in rows if filters.matches(row))
+
+    def _dense(
+        self, request: SearchRequest, n: int, among: frozenset[int] | None
+    ) -> list[VectorHit]:
         index = self._index()
-        return index.query(request.namespace, index.embed_query(request.query), n)
+        return index.query(request.namespace, index.embed_query(request.query), n, among)
 
 
-# Filters are applied after retrieval, so a filtered search looks further down both lists.
+# Filters that many memories pass are applied after retrieval, so such a search looks further
+# down both lists.
 FILTERED_WIDENING = 4
 
 

@@ -164,12 +164,22 @@ class VectorIndex:
             action = f"deleting memories from namespace {namespace!r}"
             self._call(namespace, action, delete, create=False)
 
-    def query(self, namespace: str, embedding: np.ndarray, n: int) -> list[VectorHit]:
-        """Return the ``n`` nearest vectors, nearest first; [] if the namespace is empty."""
-        if n <= 0:
+    def query(
+        self,
+        namespace: str,
+        embedding: np.ndarray,
+        n: int,
+        among: frozenset[int] | None = None,
+    ) -> list[VectorHit]:
+        """Return the ``n`` nearest memories, nearest first; [] if the namespace is empty.
+
+        ``among``, if given, restricts the search to these memories.
+        """
+        if n <= 0 or (among is not None and not among):
             return []
         vector = self._query_vector(embedding)
-        search = partial(_nearest, vector=vector, n=n)
+        ids = None if among is None else [str(memory_id) for memory_id in sorted(among)]
+        search = partial(_nearest, vector=vector, n=n, ids=ids)
         result = self._call(namespace, f"querying namespace {namespace!r}", search, create=False)
         return [] if result is None else _hits(result)
 
@@ -332,11 +342,13 @@ def _delete_ids(collection: Collection, *, ids: list[str]) -> None:
     collection.delete(ids=ids)
 
 
-def _nearest(collection: Collection, *, vector: FloatArray, n: int) -> QueryResult:
+def _nearest(
+    collection: Collection, *, vector: FloatArray, n: int, ids: list[str] | None
+) -> QueryResult:
     # Ids carry the memory id: metadata is not needed, and fetching it would cost more than
     # the nearest-neighbour search itself (8.6 ms against 2.7 ms for 200 of 100k vectors).
     return collection.query(
-        query_embeddings=vector.reshape(1, -1), n_results=n, include=["distances"]
+        query_embeddings=vector.reshape(1, -1), n_results=n, ids=ids, include=["distances"]
     )
 
 

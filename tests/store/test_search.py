@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from secretary.config import IndexSettings, RetrievalSettings, Settings
+from store import search as search_module
 from store.embedder import OnnxMiniLMEmbedder
 from store.models import Memory, MemoryStatus
 from store.reads import Edge, LexicalRow, SearchRow
@@ -204,6 +205,35 @@ def test_search_time_filter_since_inclusive_until_exclusive(store: Store) -> Non
     result = _search(store, "router Melanie Caroline", filters=may_only)
     assert {hit.memory.event_time for hit in result.hits} == {MAY}
     assert len(result.hits) == 2
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["selective", "not-selective"])
+def test_search_rare_filter_match_found_however_far_down_it_ranks(
+    tmp_path: Path, embedder: OnnxMiniLMEmbedder, many: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(
+        data_dir=tmp_path, retrieval=RetrievalSettings(dense_candidates=2, lexical_candidates=2)
+    )
+    opened = Store.open(settings, create=True, embedder=embedder)
+    routers = [
+        {
+            "content": f"The router configuration changed on network {i}.",
+            "metadata": {"area": "NET"},
+        }
+        for i in range(30)
+    ]
+    printer = {
+        "content": "The printer on the second floor ran out of toner.",
+        "metadata": {"area": "PRINT"},
+    }
+    ids = opened.add_memories(NS, [*routers, printer], now=NOW).ids
+    opened.indexer.sync()
+    if many:  # as if far more memories passed: the widened pools (8 each) cannot reach it
+        monkeypatch.setattr(search_module, "FILTER_CANDIDATES", 0)
+    filters = SearchFilters(metadata=(("area", "PRINT"),))
+    result = _search(opened, "router configuration network", filters=filters)
+    opened.close()
+    assert [hit.memory.id for hit in result.hits] == ([] if many else [ids[-1]])
 
 
 # -- ranking -----------------------------------------------------------------------------------

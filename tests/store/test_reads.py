@@ -1,0 +1,84 @@
+"""The search path's reads on SQLite and PostgreSQL: rows by id, filters, edges, revision."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from store.models import MemoryStatus
+from store.repository import Repository
+from store.schemas import MemoryIn
+
+NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+def _add(repo: Repository, namespace: str, *items: MemoryIn) -> list[int]:
+    return list(repo.add_memories(namespace, list(items), now=NOW, source="test").ids)
+
+
+def _memory(content: str, **fields: object) -> MemoryIn:
+    return MemoryIn.model_validate({"content": content, **fields})
+
+
+def test_search_rows_only_active_of_namespace(repo: Repository) -> None:
+    mine = _add(repo, "a", _memory("one", tags=["x"], metadata={"k": "v"}), _memory("two"))
+    theirs = _add(repo, "b", _memory("three"))
+    repo.set_status("a", [mine[1]], MemoryStatus.ARCHIVED, now=NOW, job="test")
+    rows = repo.search_rows("a", [*mine, *theirs, 999_999])
+    assert list(rows) == [mine[0]]
+    assert (rows[mine[0]].tags, rows[mine[0]].metadata) == (["x"], {"k": "v"})
+
+
+def test_filtered_rows_type_time_and_plain_metadata_narrowed_in_sql(repo: Repository) -> None:
+    ids = _add(
+        repo,
+        "a",
+        _memory("net", type="fact", timestamp=NOW - DAY, metadata={"area": "NETWORK"}),
+        _memory(
+            "net config", type="fact", timestamp=NOW - DAY, metadata={"area": "NETWORK_CONFIG"}
+        ),
+        _memory("old net", type="fact", timestamp=NOW - 9 * DAY, metadata={"area": "NETWORK"}),
+        _memory("event", type="event", timestamp=NOW - DAY, metadata={"area": "NETWORK"}),
+    )
+    _add(repo, "b", _memory("other namespace", type="fact", metadata={"area": "NETWORK"}))
+    rows = repo.filtered_rows(
+        "a", types=("fact",), since=NOW - 2 * DAY, metadata=(("area", "NETWORK"),), limit=10
+    )
+    assert rows is not None
+    assert [row.id for row in rows] == [ids[0]]
+
+
+def test_filtered_rows_json_literal_values_left_to_the_caller(repo: Repository) -> None:
+    # "3" may be the JSON text of the number 3: SQL cannot compare it portably, so it stays in.
+    ids = _add(repo, "a", _memory("n", metadata={"retries": 3}), _memory("s", metadata={"x": 1}))
+    rows = repo.filtered_rows("a", metadata=(("retries", "3"),), limit=10)
+    assert rows is not None
+    assert sorted(row.id for row in rows) == ids
+
+
+def test_filtered_rows_odd_key_not_put_in_sql(repo: Repository) -> None:
+    ids = _add(repo, "a", _memory("q", metadata={'we"ird key': "v"}))
+    rows = repo.filtered_rows("a", metadata=(('we"ird key', "v"),), limit=10)
+    assert rows is not None
+    assert [row.id for row in rows] == ids
+
+
+def test_filtered_rows_more_than_limit_is_none(repo: Repository) -> None:
+    _add(repo, "a", *(_memory(f"m{i}", type="fact") for i in range(4)))
+    assert repo.filtered_rows("a", types=("fact",), limit=3) is None
+    assert repo.filtered_rows("a", types=("fact",), limit=4) is not None
+
+
+def test_edges_and_revision(repo: Repository) -> None:
+    ids = _add(repo, "a", _memory("one"), _memory("two"), _memory("three"))
+    before = repo.revision("a")
+    repo.add_relation("a", ids[0], ids[1], "causal", strength=0.4, now=NOW, job="test")
+    repo.add_relation("a", ids[1], ids[2], "thematic", strength=0.9, now=NOW, job="test")
+    assert repo.revision("a") > before
+    assert repo.revision("nobody") == 0
+    edges = repo.edges("a", [ids[1]])
+    assert [(e.source_id, e.target_id, e.type) for e in edges] == [
+        (ids[1], ids[2], "thematic"),  # strongest first
+        (ids[0], ids[1], "causal"),
+    ]
+    assert repo.edges("b", [ids[1]]) == []
