@@ -187,23 +187,7 @@ class Searcher:
         among = self.passing(request)
         widen = FILTERED_WIDENING if among is None and not _unfiltered(request.filters) else 1
         view = self.lexical_view(request.namespace)
-        hits: list[VectorHit] = []
-        degraded: tuple[str, ...] = ()
-        failure = self._vector_failure
-        if failure is not None and self._monotonic() < failure[0]:
-            degraded = (f"vector index unavailable: {failure[1]}",)
-        else:
-            try:
-                hits = self._dense(request, config.dense_candidates * widen, among)
-                self._vector_failure = None
-            except (VectorIndexError, EmbedderError) as exc:
-                logger.warning(
-                    "vector index unavailable, searching lexically only for {:.0f} s: {}",
-                    VECTOR_RETRY_SECONDS,
-                    exc,
-                )
-                self._vector_failure = (self._monotonic() + VECTOR_RETRY_SECONDS, str(exc))
-                degraded = (f"vector index unavailable: {exc}",)
+        hits, degraded = self._vector_hits(request, config.dense_candidates * widen, among)
         return (
             Evidence(
                 lexical=view.search(request.query, config.lexical_candidates * widen, among),
@@ -238,11 +222,26 @@ class Searcher:
         )
         return None if rows is None else frozenset(row.id for row in rows if filters.matches(row))
 
-    def _dense(
+    def _vector_hits(
         self, request: SearchRequest, n: int, among: frozenset[int] | None
-    ) -> list[VectorHit]:
-        index = self._index()
-        return index.query(request.namespace, index.embed_query(request.query), n, among)
+    ) -> tuple[list[VectorHit], tuple[str, ...]]:
+        """Return the nearest memories, or none and why, skipping an index that just failed."""
+        failure = self._vector_failure
+        if failure is not None and self._monotonic() < failure[0]:
+            return [], (f"vector index unavailable: {failure[1]}",)
+        try:
+            index = self._index()
+            hits = index.query(request.namespace, index.embed_query(request.query), n, among)
+        except (VectorIndexError, EmbedderError) as exc:
+            logger.warning(
+                "vector index unavailable, searching lexically only for {:.0f} s: {}",
+                VECTOR_RETRY_SECONDS,
+                exc,
+            )
+            self._vector_failure = (self._monotonic() + VECTOR_RETRY_SECONDS, str(exc))
+            return [], (f"vector index unavailable: {exc}",)
+        self._vector_failure = None
+        return hits, ()
 
 
 # Filters that many memories pass are applied after retrieval, so such a search looks further
