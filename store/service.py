@@ -61,6 +61,7 @@ class Store:
             model=config.embedder_model or None,
             api_base=config.embedder_api_base or None,
             api_key=config.embedder_api_key or None,
+            cache_dir=self.settings.data_dir / "cache",
         )
 
     @cached_property

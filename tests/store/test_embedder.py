@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from store import embedder as embedder_module
+from store import onnx_lowmem
 from store.embedder import (
     Embedder,
     EmbedderError,
@@ -89,6 +90,71 @@ def test_onnx_embedder_reference_texts_match_sentence_transformers(
     assert mean >= 0.999, f"mean cosine {mean:.6f} (min {worst:.6f})"
     # int8 weights cost most on the shortest inputs (e.g. ""); a floor catches a broken pipeline.
     assert worst >= 0.99, f"min cosine {worst:.6f} (mean {mean:.6f})"
+
+
+@pytest.fixture(scope="module")
+def lowmem_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("model-cache")
+
+
+def test_onnx_embedder_derived_graph_equals_packaged_graph(
+    onnx_embedder: OnnxMiniLMEmbedder, lowmem_cache: Path
+) -> None:
+    texts = ["hello", "", "Caroline went to an LGBTQ support group.", "word " * 300]
+    derived = OnnxMiniLMEmbedder(batch_size=4, threads=2, cache_dir=lowmem_cache)
+
+    got = derived.embed(texts)
+
+    np.testing.assert_allclose(got, onnx_embedder.embed(texts), atol=1e-5)
+    folder = next(lowmem_cache.iterdir())
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "graph.onnx",
+        "manifest.json",
+        "weights.bin",
+    ]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["weights"] == onnx_lowmem.WEIGHTS_SHA256
+
+
+def test_onnx_embedder_derived_graph_reused_then_rewritten_when_damaged(
+    lowmem_cache: Path,
+) -> None:
+    OnnxMiniLMEmbedder(cache_dir=lowmem_cache).embed(["warm"])
+    weights = next(lowmem_cache.iterdir()) / "weights.bin"
+    written = weights.stat().st_mtime_ns
+    OnnxMiniLMEmbedder(cache_dir=lowmem_cache).embed(["again"])
+    assert weights.stat().st_mtime_ns == written  # reused, not derived again
+
+    with weights.open("r+b") as handle:  # a torn or tampered file
+        handle.seek(1 << 16)
+        handle.write(b"\xff" * 64)
+    vector = OnnxMiniLMEmbedder(cache_dir=lowmem_cache).embed(["hello"])
+    assert onnx_lowmem._sha256(weights) == onnx_lowmem.WEIGHTS_SHA256
+    np.testing.assert_allclose(vector, OnnxMiniLMEmbedder().embed(["hello"]), atol=1e-5)
+
+
+def test_onnx_embedder_unwritable_cache_uses_packaged_graph(
+    tmp_path: Path, onnx_embedder: OnnxMiniLMEmbedder
+) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    embedder = OnnxMiniLMEmbedder(cache_dir=not_a_dir / "cache")
+
+    np.testing.assert_allclose(embedder.embed(["hello"]), onnx_embedder.embed(["hello"]), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "size", "expected"),
+    [
+        ([10, 10, 10, 10, 10], 2, [[0, 1], [2, 3], [4]]),  # the batch size caps short texts
+        ([64] * 40, 64, [list(range(32)), list(range(32, 40))]),  # 32 x 64**2 = the cell cap
+        ([20, 20, 256, 256, 256], 32, [[0, 1], [2, 3], [4]]),  # long texts go two by two
+    ],
+)
+def test_batches_capped_by_size_and_attention_cells(
+    lengths: list[int], size: int, expected: list[list[int]]
+) -> None:
+    assert list(embedder_module._batches(range(len(lengths)), lengths, size)) == expected
 
 
 def test_onnx_embedder_any_texts_rows_unit_norm_float32(onnx_embedder: OnnxMiniLMEmbedder) -> None:
