@@ -5,7 +5,7 @@ a re-run reuses it, an interrupted preparation continues where it stopped), then
 
   ingest     Store.add_memories in batches of 1000, each committed (SQLite WAL), memories/s
   lexical    one search right after ingest, before any embedding: the memory must be found
-  index      Store.indexer.sync() over the outbox: full + per-sentence + ctx vectors, memories/s.
+  index      Store.indexer.sync() over the outbox: one vector per memory, memories/s.
              Sizes <= --real-max use the real ONNX embedder. Larger sizes fill Chroma through
              the same indexer and VectorIndex, but each text's vector is a normalised mix of two
              vectors from a pool of real embeddings of --pool generated texts (the model would
@@ -420,7 +420,7 @@ from store.vector_index import collection_name
 path, namespace, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 client = chromadb.PersistentClient(path=path, settings=Settings(anonymized_telemetry=False))
 collection = client.get_collection(collection_name(namespace))
-embedder = make_embedder()
+embedder = make_embedder(cache_dir=Path(sys.argv[4]))  # the low-memory graph, as the store's
 for query in queries:
     collection.query(query_embeddings=embedder.embed([query]), n_results=10)
 status = dict(
@@ -430,11 +430,14 @@ print(json.dumps({k: round(int(status[k].split()[0]) / 1024, 1) for k in ("VmRSS
 """
 
 
-def bare_process_rss(chroma_path: Path, queries: Sequence[str]) -> dict[str, float]:
+def bare_process_rss(
+    chroma_path: Path, cache_dir: Path, queries: Sequence[str]
+) -> dict[str, float]:
     """RSS of a process doing only the bare baseline (Chroma + the ONNX model), for scale."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = [str(chroma_path), NAMESPACE, json.dumps(queries), str(cache_dir)]
     done = subprocess.run(
-        [sys.executable, "-c", BARE_PROCESS, str(chroma_path), NAMESPACE, json.dumps(queries)],
+        [sys.executable, "-c", BARE_PROCESS, *args],
         cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=1800,
     )  # fmt: skip
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -488,7 +491,7 @@ def measure_in_process(
         out["breakdown"] = breakdown(store, queries[:BREAKDOWN_QUERIES], args.budget)
         if args.bare:
             out["bare_process_rss_mib"] = bare_process_rss(
-                store.settings.chroma_path, queries[:WARMUP]
+                store.settings.chroma_path, store.settings.data_dir / "cache", queries[:WARMUP]
             )
         if args.profile:
             out["profile"] = profile_searches(store, queries, prep)
@@ -969,7 +972,7 @@ def notes(args: argparse.Namespace) -> list[str]:
         f"Queries: {args.queries} generated questions (bench/corpus.py), after {WARMUP} warm-up"
         " searches; k=10, reinforce=false; percentiles over single sequential searches.",
         f"Bare Chroma: the same ONNX embedder + collection.query(n_results={BARE_N_RESULTS}),"
-        " default include, on the same collection (every vector of every memory), interleaved"
+        " default include, on the same collection (one vector per memory), interleaved"
         " with our searches in the same process. Our search asks Chroma for"
         " retrieval.dense_candidates (200) vectors and also runs BM25, SQL reads and ranking.",
         "HTTP: `secretary serve` (default settings, INFO logging to a file) in a subprocess, one"
