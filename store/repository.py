@@ -29,12 +29,11 @@ from store.models import (
     MemoryStatus,
     RecordStatus,
 )
-from store.reads import Edge, LexicalRow, SearchRow
+from store.reads import CHUNK, Edge, LexicalRow, SearchRow
 from store.schemas import LogIn, MemoryIn
 from store.text import content_hash
 
 LLM_USAGE = "llm_usage"  # the job_state row that counts LLM tokens per namespace and day
-CHUNK = 500  # ids per IN (...) clause; well below every backend's parameter limit
 
 
 @dataclass(frozen=True, kw_only=True)
