@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import importlib.resources
 import os
 import threading
@@ -24,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from loguru import logger
 
-from store.onnx_lowmem import DerivationError, derived_graph
+from store.onnx_lowmem import DerivationError, derived_graph, file_sha256
 
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
@@ -117,11 +116,7 @@ def _empty(dim: int) -> FloatMatrix:
 @functools.lru_cache(maxsize=8)
 def _file_sha256(path: Path) -> str:
     """sha256 of a file, computed once per process (the files are read-only installs)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(path)
 
 
 def _verify_sha256(path: Path, expected: str) -> None:

@@ -60,7 +60,8 @@ def derived_graph(package_file: Path, package_sha256: str, cache_dir: Path) -> P
     return folder / "graph.onnx"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Return the sha256 hex digest of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -74,8 +75,8 @@ def _complete(folder: Path) -> bool:
         manifest = json.loads((folder / "manifest.json").read_text())
         return bool(
             manifest["weights"] == WEIGHTS_SHA256
-            and _sha256(folder / "weights.bin") == WEIGHTS_SHA256
-            and _sha256(folder / "graph.onnx") == manifest["graph"]
+            and file_sha256(folder / "weights.bin") == WEIGHTS_SHA256
+            and file_sha256(folder / "graph.onnx") == manifest["graph"]
         )
     except (OSError, ValueError, KeyError):
         return False
@@ -104,7 +105,8 @@ def _write(package_file: Path, folder: Path) -> None:
         manifest_fd, _ = temporary["manifest.json"]
         with os.fdopen(manifest_fd, "w") as handle:
             json.dump(
-                {"graph": _sha256(Path(graph_tmp)), "weights": _sha256(Path(weights_tmp))}, handle
+                {"graph": file_sha256(Path(graph_tmp)), "weights": file_sha256(Path(weights_tmp))},
+                handle,
             )
         for name in _FILES:  # manifest.json last: it marks a complete set
             os.chmod(temporary[name][1], 0o644)

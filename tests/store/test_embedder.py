@@ -129,7 +129,7 @@ def test_onnx_embedder_derived_graph_reused_then_rewritten_when_damaged(
         handle.seek(1 << 16)
         handle.write(b"\xff" * 64)
     vector = OnnxMiniLMEmbedder(cache_dir=lowmem_cache).embed(["hello"])
-    assert onnx_lowmem._sha256(weights) == onnx_lowmem.WEIGHTS_SHA256
+    assert onnx_lowmem.file_sha256(weights) == onnx_lowmem.WEIGHTS_SHA256
     np.testing.assert_allclose(vector, OnnxMiniLMEmbedder().embed(["hello"]), atol=1e-5)
 
 
