@@ -7,6 +7,11 @@ normalises. Scores are divided by the query's best score, so the best hit is exa
 bm25s cannot add documents to a built index, so `LexicalCache` keeps a large *base* index and
 a small *tail* index over the memories added since, rebuilding the tail (cheap) on each write
 and the base only when the tail outgrows ``max_tail``.
+
+A build reads its documents as a stream and tokenises them a chunk at a time into one flat
+array of term ids (`_Corpus`): a server builds the index while it answers requests, and a
+build that held every document's text and token list at once left their heap fragmented
+by the requests' objects, resident for good (~25 MB at 100k memories).
 """
 
 from __future__ import annotations
@@ -16,15 +21,18 @@ import ctypes.util
 import logging
 import math
 import threading
+from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice, pairwise
 from typing import Any, Generic, TypeVar, cast
 
 import bm25s
 import numpy as np
 import numpy.typing as npt
 import Stemmer
+from bm25s.tokenization import Tokenized
 
 __all__ = ["LexDoc", "LexicalCache", "LexicalIndex", "LexicalView", "tokenize"]
 
@@ -40,6 +48,7 @@ _TOKEN_PATTERN = r"(?u)\b\w\w+\b|\b\d\b"
 _STOPWORDS = "en_plus"
 _DEFAULT_K1 = 1.5
 _DEFAULT_B = 0.75
+_BUILD_CHUNK = 2000  # documents tokenised at a time by a build
 
 # PyStemmer objects keep internal state and must not be shared between threads.
 _local = threading.local()
@@ -100,21 +109,24 @@ def _idf(df: int, n_docs: int) -> float:
 
 
 class _Part(Generic[K]):
-    """One bm25s index over keyed token lists (memories or whole sessions)."""
+    """One bm25s index over keyed documents (memories or whole sessions)."""
 
-    def __init__(self, keys: list[K], tokens: list[list[str]], k1: float, b: float) -> None:
-        # An array, not a list: the keys' Python objects were made while the rows were read,
-        # among much garbage, and would keep its memory from being reused (~40 MB at 100k).
-        self.keys: npt.NDArray[Any] = np.asarray(keys)
-        self.n_docs = len(keys)
+    def __init__(
+        self, keys: npt.NDArray[Any], terms: _Terms, vocab: dict[str, int], k1: float, b: float
+    ) -> None:
+        """Index document ``i`` = ``terms[i]`` under ``keys[i]``; ``vocab`` maps term -> id."""
+        self.keys: npt.NDArray[Any] = keys
+        self.n_docs: int = len(keys)
         self._bm25: bm25s.BM25 | None = None
         self._vocab: dict[str, int] = {}
         self._df: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        if any(tokens):  # bm25s fails on a corpus without a single token
+        if terms.n_terms:  # bm25s fails on a corpus without a single token
             self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
-            self._bm25.index(tokens, create_empty_token=False, show_progress=False)
-            self._vocab = cast(dict[str, int], self._bm25.vocab_dict)
-            # Column pointers of bm25s's CSC score matrix: their differences are the DFs.
+            corpus = Tokenized(ids=terms, vocab=vocab)
+            self._bm25.index(corpus, create_empty_token=False, show_progress=False)
+            self._vocab = vocab
+            # Column pointers of bm25s's CSC score matrix: their differences are the DFs
+            # (0 for a term of the shared vocabulary that none of this part's documents has).
             self._df = np.diff(self._bm25.scores["indptr"]).astype(np.int64)
 
     def doc_freq(self, term: str) -> int:
@@ -195,6 +207,35 @@ def _normalise_top_k(found: dict[K, float], k: int) -> dict[K, float]:
     return {key: score / best for key, score in ranked}
 
 
+class _Terms(Sequence[list[int]]):
+    """Documents as slices of one flat term-id array; each document's list is made on demand.
+
+    What bm25s iterates over when it builds: one small list alive at a time, where a list of
+    lists would hold a Python int per token.
+    """
+
+    def __init__(self, term_ids: npt.NDArray[np.int32], lengths: npt.NDArray[np.int64]) -> None:
+        self._term_ids = term_ids
+        self._bounds = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+        self.n_terms = int(self._bounds[-1])
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    def __getitem__(self, index: int) -> list[int]:  # type: ignore[override]  # no slices
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start, end = self._bounds[index], self._bounds[index + 1]
+        return cast(list[int], self._term_ids[start:end].tolist())
+
+    def __iter__(self) -> Iterator[list[int]]:
+        term_ids = self._term_ids
+        for first in range(0, len(self), 4096):  # bounds as Python ints, a block at a time
+            bounds = self._bounds[first : first + 4097].tolist()
+            for start, end in pairwise(bounds):
+                yield cast(list[int], term_ids[start:end].tolist())
+
+
 @dataclass(frozen=True, slots=True)
 class _TokDoc:
     """A document already tokenised, kept so the tail can be rebuilt without re-tokenising."""
@@ -209,28 +250,75 @@ def _tokenise_docs(docs: Sequence[LexDoc]) -> list[_TokDoc]:
     return [_TokDoc(d.memory_id, d.session_key, t) for d, t in zip(docs, tokens, strict=True)]
 
 
+class _Corpus:
+    """Tokenised documents gathered for one index: term ids over one shared vocabulary."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.sessions: dict[str, int] = {}  # session key -> number, in order of first use
+        self._term_ids = array("i")
+        self._lengths = array("q")
+        self._memory_ids = array("q")
+        self._session_of = array("q")  # each document's session number; -1 = no session
+
+    def add(self, doc: _TokDoc) -> None:
+        vocab = self.vocab
+        self._term_ids.extend([vocab.setdefault(token, len(vocab)) for token in doc.tokens])
+        self._lengths.append(len(doc.tokens))
+        self._memory_ids.append(doc.memory_id)
+        key, sessions = doc.session_key, self.sessions
+        self._session_of.append(-1 if key is None else sessions.setdefault(key, len(sessions)))
+
+    def memory_ids(self) -> npt.NDArray[np.int64]:
+        return np.array(self._memory_ids, dtype=np.int64)
+
+    def memory_terms(self) -> _Terms:
+        return _Terms(np.array(self._term_ids, dtype=np.int32), np.array(self._lengths))
+
+    def session_terms(self) -> _Terms:
+        """One document per session: its memories' terms together, sessions in key order."""
+        lengths = np.array(self._lengths)
+        of_token = np.repeat(np.array(self._session_of), lengths)
+        in_session = of_token >= 0
+        order = np.argsort(of_token[in_session], kind="stable")
+        term_ids = np.array(self._term_ids, dtype=np.int32)[in_session][order]
+        counts = np.bincount(of_token[in_session], minlength=len(self.sessions))
+        return _Terms(term_ids, counts.astype(np.int64))
+
+
 class LexicalIndex:
     """BM25 over one namespace's documents, immutable once built."""
 
-    def __init__(self, docs: Sequence[_TokDoc], *, k1: float, b: float) -> None:
+    def __init__(self, corpus: _Corpus, *, k1: float, b: float) -> None:
         """Use `build`; this takes documents already tokenised."""
-        ids = [doc.memory_id for doc in docs]
-        if len(set(ids)) != len(ids):
+        ids = corpus.memory_ids()
+        if np.unique(ids).size != ids.size:
             raise ValueError("LexicalIndex: duplicate memory_id in documents")
-        self.max_memory_id: int | None = max(ids, default=None)
-        self.memory_part = _Part(ids, [doc.tokens for doc in docs], k1, b)
-        sessions: dict[str, list[str]] = {}
-        for doc in docs:
-            if doc.session_key is not None:
-                sessions.setdefault(doc.session_key, []).extend(doc.tokens)
-        self.session_part = _Part(list(sessions), list(sessions.values()), k1, b)
+        self.max_memory_id: int | None = int(ids.max()) if ids.size else None
+        self.memory_part: _Part[int] = _Part(ids, corpus.memory_terms(), corpus.vocab, k1, b)
+        session_keys = np.array(list(corpus.sessions), dtype=str)
+        self.session_part: _Part[str] = _Part(
+            session_keys, corpus.session_terms(), corpus.vocab, k1, b
+        )
 
     @classmethod
     def build(
-        cls, docs: Sequence[LexDoc], *, k1: float = _DEFAULT_K1, b: float = _DEFAULT_B
+        cls, docs: Iterable[LexDoc], *, k1: float = _DEFAULT_K1, b: float = _DEFAULT_B
     ) -> LexicalIndex:
-        """Index ``docs``. Raise ValueError if two share a memory_id."""
-        return cls(_tokenise_docs(docs), k1=k1, b=b)
+        """Index ``docs``, read as a stream. Raise ValueError if two share a memory_id."""
+        corpus = _Corpus()
+        stream = iter(docs)
+        while chunk := list(islice(stream, _BUILD_CHUNK)):
+            for doc in _tokenise_docs(chunk):
+                corpus.add(doc)
+        return cls(corpus, k1=k1, b=b)
+
+    @classmethod
+    def _of_tokenised(cls, docs: Iterable[_TokDoc], *, k1: float, b: float) -> LexicalIndex:
+        corpus = _Corpus()
+        for doc in docs:
+            corpus.add(doc)
+        return cls(corpus, k1=k1, b=b)
 
     def search(self, query: str, k: int) -> dict[int, float]:
         """Return up to ``k`` memory_id -> score / best score, best first; {} if nothing matches."""
@@ -324,13 +412,14 @@ class LexicalCache:
         self,
         namespace: str,
         revision: int,
-        load_all: Callable[[], Sequence[LexDoc]],
+        load_all: Callable[[], Iterable[LexDoc]],
         load_since: Callable[[int], Sequence[LexDoc]],
     ) -> LexicalView:
         """Return a view of ``namespace`` as of ``revision``, loading only what changed.
 
         Read ``revision`` before (or in the same transaction as) the loaders' reads, so the
-        loaded rows are at least that new. ``load_since(n)`` returns the docs with id > n.
+        loaded rows are at least that new. ``load_all()`` may stream its docs (a build reads
+        them a chunk at a time); ``load_since(n)`` returns the docs with id > n.
         """
         slot = self._slot(namespace)
         state = slot.state  # states are immutable; reading the reference needs no lock
@@ -372,7 +461,7 @@ class LexicalCache:
         self,
         state: _State | None,
         revision: int,
-        load_all: Callable[[], Sequence[LexDoc]],
+        load_all: Callable[[], Iterable[LexDoc]],
         load_since: Callable[[int], Sequence[LexDoc]],
     ) -> _State:
         if state is None:
@@ -384,7 +473,7 @@ class LexicalCache:
         tail = state.tail + tuple(_tokenise_docs(fresh))
         if len(tail) > self._max_tail:
             return self._rebuild(revision, load_all)
-        tail_index = LexicalIndex(tail, k1=self._k1, b=self._b)
+        tail_index = LexicalIndex._of_tokenised(tail, k1=self._k1, b=self._b)
         return _State(
             revision=revision,
             base=state.base,
@@ -393,10 +482,10 @@ class LexicalCache:
             view=LexicalView(state.base, tail_index),
         )
 
-    def _rebuild(self, revision: int, load_all: Callable[[], Sequence[LexDoc]]) -> _State:
+    def _rebuild(self, revision: int, load_all: Callable[[], Iterable[LexDoc]]) -> _State:
         base = LexicalIndex.build(load_all(), k1=self._k1, b=self._b)
-        # The build's texts and token lists are garbage now; give their pages back (~50 MB
-        # of resident memory at 100k memories, that malloc would otherwise keep).
+        # The build's garbage is freed now; give its pages back to the OS, which malloc
+        # would otherwise keep.
         release_free_memory()
         watermark = -1 if base.max_memory_id is None else base.max_memory_id
         return _State(revision, base, (), watermark, LexicalView(base))

@@ -189,10 +189,16 @@ def edges(engine: Engine, namespace: str, ids: Iterable[int]) -> list[Edge]:
     return out
 
 
-def lexical_rows(engine: Engine, namespace: str, *, after_id: int = 0) -> list[LexicalRow]:
-    """Return the active memories with id > ``after_id``, by id, for the lexical index."""
+def lexical_rows(
+    engine: Engine, namespace: str, *, after_id: int = 0, limit: int | None = None
+) -> list[LexicalRow]:
+    """Return the active memories with id > ``after_id``, by id, for the lexical index.
+
+    With ``limit``, only the first ``limit`` of them: a page, the next one after its last id.
+    """
+    statement = _LEXICAL_ROWS if limit is None else _LEXICAL_ROWS.limit(limit)
     with engine.connect() as connection:
-        rows = _all(connection, _LEXICAL_ROWS, namespace=namespace, after_id=after_id)
+        rows = _all(connection, statement, namespace=namespace, after_id=after_id)
     return [LexicalRow(memory_id=i, content=c, event_time=t, session_id=s) for i, c, t, s in rows]
 
 

@@ -379,9 +379,11 @@ class Repository:
             )
             return [namespace for namespace, _ in rows]
 
-    def lexical_rows(self, namespace: str, *, after_id: int = 0) -> list[LexicalRow]:
-        """Return the active memories with id > ``after_id``, for the lexical index."""
-        return reads.lexical_rows(self.engine, namespace, after_id=after_id)
+    def lexical_rows(
+        self, namespace: str, *, after_id: int = 0, limit: int | None = None
+    ) -> list[LexicalRow]:
+        """Return the active memories with id > ``after_id`` (the first ``limit``), by id."""
+        return reads.lexical_rows(self.engine, namespace, after_id=after_id, limit=limit)
 
     # -- reinforcement -------------------------------------------------------------------------
 

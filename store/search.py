@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -53,6 +53,8 @@ FILTER_CANDIDATES = 5000
 # After the vector index fails, searches skip it (answering lexically, marked degraded) for
 # this long: an unreachable Chroma server would otherwise cost every search its timeout.
 VECTOR_RETRY_SECONDS = 30.0
+# Rows per read while the lexical index is (re)built from SQL.
+LEXICAL_PAGE = 5000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,10 +204,18 @@ class Searcher:
         """Return the namespace's BM25 index, refreshed to the current revision."""
         revision = self._repository.revision(namespace)  # read before the loaders, as required
 
+        def load_all() -> Iterator[LexDoc]:  # a page at a time: see store.lexical
+            after_id = 0
+            while rows := self._repository.lexical_rows(
+                namespace, after_id=after_id, limit=LEXICAL_PAGE
+            ):
+                yield from lexical_docs(rows)
+                after_id = rows[-1].memory_id
+
         def load_since(after_id: int) -> list[LexDoc]:
             return lexical_docs(self._repository.lexical_rows(namespace, after_id=after_id))
 
-        return self._lexical.get(namespace, revision, lambda: load_since(0), load_since)
+        return self._lexical.get(namespace, revision, load_all, load_since)
 
     def passing(self, request: SearchRequest) -> frozenset[int] | None:
         """Return the memories that pass the request's filters, if filtered and few enough."""

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from store import lexical
 from store.lexical import LexDoc, LexicalCache, LexicalIndex, LexicalView, tokenize
 
 
@@ -143,6 +144,32 @@ def test_index_search_sessions_terms_split_across_turns_match_session() -> None:
 
 def test_index_search_sessions_unsessioned_docs_are_not_sessions() -> None:
     assert LexicalIndex.build(CORPUS).search_sessions("tax forms", 10) == {}
+
+
+def test_index_search_sessions_scattered_turns_scored_as_one_document() -> None:
+    # A session's turns need not be adjacent: its document is all of them, so it scores
+    # exactly as a memory with the concatenated text would.
+    scattered = LexicalIndex.build(
+        [_doc(1, "apple pear", "a"), _doc(2, "kiwi melon", "b"), _doc(3, "plum apple", "a")]
+    )
+    joined = LexicalIndex.build([_doc(10, "apple pear plum apple"), _doc(11, "kiwi melon")])
+    for query in ("apple", "plum kiwi", "pear melon apple"):
+        sessions = scattered.search_sessions(query, 10)
+        memories = joined.search(query, 10)
+        assert [{10: "a", 11: "b"}[key] for key in memories] == list(sessions)
+        assert list(sessions.values()) == pytest.approx(list(memories.values()))
+
+
+def test_index_build_in_chunks_matches_one_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Chunks share one vocabulary: a term first seen in a later chunk keeps its statistics.
+    docs = [*CORPUS, _doc(6, "the dog and the parrot", "s3"), _doc(7, "parrot in Paris", "s1")]
+    whole = LexicalIndex.build(docs)
+    monkeypatch.setattr(lexical, "_BUILD_CHUNK", 2)
+    chunked = LexicalIndex.build(iter(docs))  # a stream, as the cache's loader gives
+    for query in ("dog", "parrot paris", "rainy trip squirrel", "2024 tax"):
+        assert chunked.search(query, 10) == pytest.approx(whole.search(query, 10))
+        assert list(chunked.search(query, 10)) == list(whole.search(query, 10))
+        assert chunked.search_sessions(query, 10) == pytest.approx(whole.search_sessions(query, 10))
 
 
 def test_view_search_base_and_tail_equal_lengths_matches_full_index() -> None:

@@ -82,3 +82,18 @@ def test_edges_and_revision(repo: Repository) -> None:
         (ids[0], ids[1], "causal"),
     ]
     assert repo.edges("b", [ids[1]]) == []
+
+
+def test_lexical_rows_paged_by_id_active_of_namespace_only(repo: Repository) -> None:
+    ids = _add(repo, "a", *(_memory(f"m{i}") for i in range(5)))
+    _add(repo, "b", _memory("elsewhere"))
+    repo.set_status("a", [ids[1]], MemoryStatus.ARCHIVED, now=NOW, job="test")
+    first = repo.lexical_rows("a", limit=2)
+    second = repo.lexical_rows("a", after_id=first[-1].memory_id, limit=2)
+    third = repo.lexical_rows("a", after_id=second[-1].memory_id, limit=2)
+    assert [[row.memory_id for row in page] for page in (first, second, third)] == [
+        [ids[0], ids[2]],
+        [ids[3], ids[4]],
+        [],
+    ]
+    assert [row.content for row in repo.lexical_rows("a", after_id=ids[2])] == ["m3", "m4"]

@@ -299,6 +299,16 @@ def test_search_other_namespace_never_returned(store: Store) -> None:
     assert store.searcher.search(request, now=NOW).hits == ()
 
 
+def test_search_lexical_index_read_page_by_page_holds_every_memory(
+    fresh: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_module, "LEXICAL_PAGE", 3)
+    fresh.add_memories(NS, CORPUS, now=NOW)  # not indexed: search is lexical only
+    assert len(fresh.searcher.lexical_view(NS)) == len(CORPUS)
+    assert _contents(_search(fresh, "sailing novel"))[0] == CORPUS[-1]["content"]
+    assert _contents(_search(fresh, "LGBTQ support group"))[0] == CORPUS[0]["content"]
+
+
 # -- pure helpers ------------------------------------------------------------------------------
 
 
