@@ -666,7 +666,10 @@ def run_info() -> dict[str, Any]:
             return "not installed"
 
     meminfo = Path("/proc/meminfo").read_text().split("\n", 1)[0].split()
-    dirty = bool(_git("status", "--porcelain", "--", "store", "secretary", "bench"))
+    # Code only: bench/results changes with every size this run writes.
+    dirty = bool(
+        _git("status", "--porcelain", "--", "store", "secretary", "bench", ":!bench/results")
+    )
     return {
         "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_commit": _git("rev-parse", "--short", "HEAD") or "uncommitted",
@@ -827,7 +830,8 @@ def _rss_cell(rss: dict[str, float] | None) -> str:
 def _size_notes(entry: dict[str, Any]) -> list[str]:
     ingest_, index_ = entry["ingest"], entry["index"]
     notes = [
-        f"- Store prepared {entry['prepared_at']}, measured {entry['measured_at']}.",
+        f"- Store prepared {entry['prepared_at']}, measured {entry['measured_at']}"
+        + (f" at commit `{entry['commit']}`." if "commit" in entry else "."),
         f"- Ingest: {ingest_.get('memories', 0):,} memories in {ingest_.get('seconds', 0):.0f} s"
         f" = {ingest_.get('memories_per_s')} memories/s (load average at the end:"
         f" {ingest_.get('load_average')}).",
@@ -919,9 +923,13 @@ def merge_results(
     results: dict[str, Any] = {"sizes": {}}
     if path.exists():
         results = json.loads(path.read_text())
-    results["run"] = run_info()
+    results["run"] = info = run_info()
     results["notes"] = notes
-    results.setdefault("sizes", {}).update(measured)
+    # Sizes are measured in different runs: each keeps the commit it was measured at.
+    commit = info["git_commit"] + (" with uncommitted changes" if info["worktree_dirty"] else "")
+    results.setdefault("sizes", {}).update(
+        {size: {**entry, "commit": commit} for size, entry in measured.items()}
+    )
     return results
 
 
