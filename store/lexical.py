@@ -208,7 +208,7 @@ def _normalise_top_k(found: dict[K, float], k: int) -> dict[K, float]:
     return {key: score / best for key, score in ranked}
 
 
-class _Terms(Sequence[list[int]]):
+class _Terms:
     """Documents as slices of one flat term-id array; each document's list is made on demand.
 
     What bm25s iterates over when it builds: one small list alive at a time, where a list of
@@ -222,12 +222,6 @@ class _Terms(Sequence[list[int]]):
 
     def __len__(self) -> int:
         return len(self._bounds) - 1
-
-    def __getitem__(self, index: int) -> list[int]:  # type: ignore[override]  # no slices
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        start, end = self._bounds[index], self._bounds[index + 1]
-        return cast(list[int], self._term_ids[start:end].tolist())
 
     def __iter__(self) -> Iterator[list[int]]:
         term_ids = self._term_ids
@@ -251,48 +245,51 @@ def _tokenise_docs(docs: Sequence[LexDoc]) -> list[_TokDoc]:
     return [_TokDoc(d.memory_id, d.session_key, t) for d, t in zip(docs, tokens, strict=True)]
 
 
+def _tokenise_stream(docs: Iterable[LexDoc]) -> Iterator[_TokDoc]:
+    stream = iter(docs)
+    while chunk := list(islice(stream, _BUILD_CHUNK)):
+        yield from _tokenise_docs(chunk)
+
+
 class _Corpus:
     """Tokenised documents gathered for one index: term ids over one shared vocabulary."""
 
-    def __init__(self) -> None:
+    def __init__(self, docs: Iterable[_TokDoc]) -> None:
         self.vocab: dict[str, int] = {}
         self.sessions: dict[str, int] = {}  # session key -> number, in order of first use
-        self._term_ids = array("i")
-        self._lengths = array("q")
-        self._memory_ids = array("q")
-        self._session_of = array("q")  # each document's session number; -1 = no session
-
-    def add(self, doc: _TokDoc) -> None:
-        vocab = self.vocab
-        self._term_ids.extend([vocab.setdefault(token, len(vocab)) for token in doc.tokens])
-        self._lengths.append(len(doc.tokens))
-        self._memory_ids.append(doc.memory_id)
-        key, sessions = doc.session_key, self.sessions
-        self._session_of.append(-1 if key is None else sessions.setdefault(key, len(sessions)))
-
-    def memory_ids(self) -> npt.NDArray[np.int64]:
-        return np.array(self._memory_ids, dtype=np.int64)
+        term_ids, lengths, memory_ids = array("i"), array("q"), array("q")
+        session_of = array("q")  # each document's session number; -1 = no session
+        vocab, sessions = self.vocab, self.sessions
+        for doc in docs:
+            term_ids.extend([vocab.setdefault(token, len(vocab)) for token in doc.tokens])
+            lengths.append(len(doc.tokens))
+            memory_ids.append(doc.memory_id)
+            key = doc.session_key
+            session_of.append(-1 if key is None else sessions.setdefault(key, len(sessions)))
+        self.term_ids = np.array(term_ids, dtype=np.int32)
+        self.lengths = np.array(lengths, dtype=np.int64)
+        self.memory_ids = np.array(memory_ids, dtype=np.int64)
+        self.session_of = np.array(session_of, dtype=np.int64)
 
     def memory_terms(self) -> _Terms:
-        return _Terms(np.array(self._term_ids, dtype=np.int32), np.array(self._lengths))
+        return _Terms(self.term_ids, self.lengths)
 
     def session_terms(self) -> _Terms:
         """One document per session: its memories' terms together, sessions in key order."""
-        lengths = np.array(self._lengths)
-        of_token = np.repeat(np.array(self._session_of), lengths)
+        of_token = np.repeat(self.session_of, self.lengths)
         in_session = of_token >= 0
         order = np.argsort(of_token[in_session], kind="stable")
-        term_ids = np.array(self._term_ids, dtype=np.int32)[in_session][order]
         counts = np.bincount(of_token[in_session], minlength=len(self.sessions))
-        return _Terms(term_ids, counts.astype(np.int64))
+        return _Terms(self.term_ids[in_session][order], counts.astype(np.int64))
 
 
 class LexicalIndex:
     """BM25 over one namespace's documents, immutable once built."""
 
-    def __init__(self, corpus: _Corpus, *, k1: float, b: float) -> None:
+    def __init__(self, docs: Iterable[_TokDoc], *, k1: float, b: float) -> None:
         """Use `build`; this takes documents already tokenised."""
-        ids = corpus.memory_ids()
+        corpus = _Corpus(docs)
+        ids = corpus.memory_ids
         if np.unique(ids).size != ids.size:
             raise ValueError("LexicalIndex: duplicate memory_id in documents")
         self.max_memory_id: int | None = int(ids.max()) if ids.size else None
@@ -307,19 +304,7 @@ class LexicalIndex:
         cls, docs: Iterable[LexDoc], *, k1: float = _DEFAULT_K1, b: float = _DEFAULT_B
     ) -> LexicalIndex:
         """Index ``docs``, read as a stream. Raise ValueError if two share a memory_id."""
-        corpus = _Corpus()
-        stream = iter(docs)
-        while chunk := list(islice(stream, _BUILD_CHUNK)):
-            for doc in _tokenise_docs(chunk):
-                corpus.add(doc)
-        return cls(corpus, k1=k1, b=b)
-
-    @classmethod
-    def _of_tokenised(cls, docs: Iterable[_TokDoc], *, k1: float, b: float) -> LexicalIndex:
-        corpus = _Corpus()
-        for doc in docs:
-            corpus.add(doc)
-        return cls(corpus, k1=k1, b=b)
+        return cls(_tokenise_stream(docs), k1=k1, b=b)
 
     def search(self, query: str, k: int) -> dict[int, float]:
         """Return up to ``k`` memory_id -> score / best score, best first; {} if nothing matches."""
@@ -474,7 +459,7 @@ class LexicalCache:
         tail = state.tail + tuple(_tokenise_docs(fresh))
         if len(tail) > self._max_tail:
             return self._rebuild(revision, load_all)
-        tail_index = LexicalIndex._of_tokenised(tail, k1=self._k1, b=self._b)
+        tail_index = LexicalIndex(tail, k1=self._k1, b=self._b)
         return _State(
             revision=revision,
             base=state.base,
