@@ -1,14 +1,60 @@
 """The daemon's prompts: one versioned ``<id>.md`` file each, its response schema in
 ``<id>_schema.py``, all rendered by ``prompts.render``.
+
+Replies are checked item by item (``ReplyModel.salvage``): a reply is a list of items (memories,
+relations, verdicts, traits) or one item (a summary). Each item is first *mended* where a rule
+protects nothing (a number just out of range is clamped, a field that does not apply to the
+chosen action is cleared; each mend is noted), then validated on its own; an item that still
+breaks the schema or a rule that does protect something is dropped with its reason, and the
+valid ones are kept.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar, get_args
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from store.errors import SecretaryError
 
 # A string field must hold at least one non-space character. Expressed as a pattern because
 # OpenAI's strict structured outputs accept "pattern" but not "minLength".
 NON_BLANK = r"\S"
+_SHOWN_CHARS = 80  # of a dropped item, in the record
+_QUOTED_ERRORS = 3  # per dropped item
+
+R = TypeVar("R", bound="ReplyModel")
+
+
+class PromptError(SecretaryError):
+    """A prompt file is missing or malformed, or was rendered with the wrong variables."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dropped:
+    """An item of a reply that was left out, and why."""
+
+    index: int | None  # its place in the reply's list; None for a reply that is one item
+    item: str  # the item, shortened, for the record
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Salvage(Generic[R]):
+    """A reply rebuilt from its valid items (None: nothing usable), with what was dropped."""
+
+    reply: R | None
+    dropped: tuple[Dropped, ...] = ()
+    mended: tuple[str, ...] = ()
+
+    def problems(self) -> str:
+        """Why the reply was not usable, for the repair request."""
+        return "\n".join(
+            f"{'item ' + str(d.index) if d.index is not None else '(reply)'}: {d.reason}"
+            for d in self.dropped[:10]
+        )
 
 
 class ReplyModel(BaseModel):
@@ -22,3 +68,88 @@ class ReplyModel(BaseModel):
     model_config = ConfigDict(
         frozen=True, extra="ignore", json_schema_extra={"additionalProperties": False}
     )
+    # The list field whose items are checked one by one; None: the reply is one item.
+    items_field: ClassVar[str | None] = None
+
+    @classmethod
+    def mend(cls, raw: dict[str, Any]) -> list[str]:
+        """Repair, in place, what a rule protecting nothing would refuse; return notes."""
+        return []
+
+    @classmethod
+    def salvage(cls: type[R], text: str) -> Salvage[R]:
+        """Parse a reply's JSON text item by item (see the module docstring)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return _unusable(f"not valid JSON: {exc.msg} at line {exc.lineno}")
+        if cls.items_field is None:
+            return _one_item(cls, data)
+        if not isinstance(data, dict) or not isinstance(data.get(cls.items_field), list):
+            return _unusable(f'expected an object with a list "{cls.items_field}"')
+        item_model = _item_model(cls, cls.items_field)
+        kept: list[dict[str, Any]] = []
+        dropped: list[Dropped] = []
+        mended: list[str] = []
+        for index, raw in enumerate(data[cls.items_field]):
+            problem, notes = _check(item_model, raw)
+            if problem is None:
+                kept.append(raw)
+                mended.extend(f"item {index}: {note}" for note in notes)
+            else:
+                dropped.append(Dropped(index=index, item=_short(raw), reason=problem))
+        if dropped and not kept:
+            return Salvage(reply=None, dropped=tuple(dropped), mended=tuple(mended))
+        reply = cls.model_validate({**data, cls.items_field: kept})
+        return Salvage(reply=reply, dropped=tuple(dropped), mended=tuple(mended))
+
+
+def clamp(raw: dict[str, Any], name: str, low: float, high: float, notes: list[str]) -> None:
+    """Clamp a numeric field into [low, high] in place, noting it; leave other types alone."""
+    value = raw.get(name)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        fixed = min(max(value, low), high)
+        if fixed != value:
+            raw[name] = type(value)(fixed) if isinstance(value, int) else fixed
+            notes.append(f"{name} {value} clamped to {raw[name]}")
+
+
+def _one_item(cls: type[R], data: Any) -> Salvage[R]:
+    problem, notes = _check(cls, data)
+    if problem is not None:
+        dropped = Dropped(index=None, item=_short(data), reason=problem)
+        return Salvage(reply=None, dropped=(dropped,), mended=tuple(notes))
+    return Salvage(reply=cls.model_validate(data), mended=tuple(notes))
+
+
+def _check(model: type[ReplyModel], raw: Any) -> tuple[str | None, list[str]]:
+    """Mend, then validate one item in place; return why it is invalid (or None) and notes."""
+    if not isinstance(raw, dict):
+        return "expected a JSON object", []
+    notes = model.mend(raw)
+    try:
+        model.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        reason = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'item'}: {error['msg']}"
+            for error in errors[:_QUOTED_ERRORS]
+        )
+        return reason, notes
+    return None, notes
+
+
+def _item_model(cls: type[ReplyModel], field: str) -> type[ReplyModel]:
+    (item,) = get_args(cls.model_fields[field].annotation)
+    if not (isinstance(item, type) and issubclass(item, ReplyModel)):
+        raise TypeError(f"{cls.__name__}.{field} must be a list of ReplyModel items")
+    return item
+
+
+def _unusable(reason: str) -> Salvage[Any]:
+    return Salvage(reply=None, dropped=(Dropped(index=None, item="", reason=reason),))
+
+
+def _short(raw: Any) -> str:
+    text = json.dumps(raw, ensure_ascii=False, default=str)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -18,22 +18,49 @@ class Verdict(ReplyModel):
     superseded_by: int | None = Field(description="For supersede: the replacing memory's id.")
     merge_into: int | None = Field(description="For merge: the id of the memory that stays.")
     merged_content: str | None = Field(description="For merge: the combined content.")
-    category: Category | None = Field(description="Null exactly when the action is keep.")
+    category: Category | None = Field(description="Null when the action is keep.")
     reason: str = Field(pattern=NON_BLANK)
+
+    @classmethod
+    def mend(cls, raw: dict[str, Any]) -> list[str]:
+        """Clear the fields that do not apply to the chosen action: they change nothing.
+
+        What the action needs is still required: a supersede without ``superseded_by`` or a
+        merge without ``merge_into`` cannot be applied, and is dropped.
+        """
+        notes: list[str] = []
+        action = raw.get("action")
+        if action not in _USES:
+            return notes
+        for name in ("superseded_by", "merge_into", "merged_content", "category"):
+            if name not in _USES[action] and raw.get(name) is not None:
+                notes.append(f"{name} ignored for action {action!r}")
+                raw[name] = None
+        return notes
 
     @model_validator(mode="after")
     def _consistent(self) -> Verdict:
-        # Cross-field rules a JSON schema cannot say; a violation goes back to the model
-        # through the repair attempt like any other.
+        # Cross-field rules a JSON schema cannot say: a verdict breaking one is dropped (see
+        # prompts.ReplyModel.salvage). A missing category protects nothing: it may be null.
         _require(self.action == "supersede", self.superseded_by, "superseded_by")
         _require(self.action == "merge", self.merge_into, "merge_into")
         _require(self.action == "merge", self.merged_content, "merged_content")
-        _require(self.action != "keep", self.category, "category")
+        if self.action == "keep" and self.category is not None:
+            raise ValueError("category must be null for this action")
         if self.id in (self.superseded_by, self.merge_into):
             raise ValueError("a memory cannot supersede or absorb itself")
         if self.merged_content is not None and not self.merged_content.strip():
             raise ValueError("merged_content must not be blank")
         return self
+
+
+# The fields each action reads; the others must be null.
+_USES: dict[str, frozenset[str]] = {
+    "keep": frozenset(),
+    "supersede": frozenset({"superseded_by", "category"}),
+    "merge": frozenset({"merge_into", "merged_content", "category"}),
+    "archive": frozenset({"category"}),
+}
 
 
 def _require(wanted: bool, value: object, name: str) -> None:
@@ -44,6 +71,7 @@ def _require(wanted: bool, value: object, name: str) -> None:
 
 
 class AuditorReply(ReplyModel):
+    items_field = "verdicts"
     verdicts: list[Verdict]
 
     def referenced_ids(self) -> set[int]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from prompts import NON_BLANK, ReplyModel
+from prompts import NON_BLANK, ReplyModel, clamp
 
 MemoryKind = Literal["event", "fact", "preference", "interaction_summary", "tool_experience"]
 
@@ -15,11 +15,19 @@ class ExtractedMemory(ReplyModel):
     content: str = Field(pattern=NON_BLANK, description="One self-contained statement.")
     type: MemoryKind
     importance: int = Field(ge=1, le=10)
-    tags: list[str] = Field(min_length=3, max_length=5)
+    # 3 to 5 asked for; fewer or more protect nothing (the job keeps at most five).
+    tags: list[str]
     source_log_ids: list[int] = Field(min_length=1, description="Ids of the log lines used.")
+
+    @classmethod
+    def mend(cls, raw: dict[str, Any]) -> list[str]:
+        notes: list[str] = []
+        clamp(raw, "importance", 1, 10, notes)
+        return notes
 
 
 class ExtractorReply(ReplyModel):
+    items_field = "memories"
     memories: list[ExtractedMemory]
 
     def referenced_ids(self) -> set[int]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from prompts import NON_BLANK, ReplyModel
+from prompts import NON_BLANK, ReplyModel, clamp
 
 
 class ProposedRelation(ReplyModel):
@@ -16,6 +16,12 @@ class ProposedRelation(ReplyModel):
     strength: float = Field(ge=0, le=1)
     description: str = Field(pattern=NON_BLANK)
 
+    @classmethod
+    def mend(cls, raw: dict[str, Any]) -> list[str]:
+        notes: list[str] = []
+        clamp(raw, "strength", 0.0, 1.0, notes)
+        return notes
+
     @model_validator(mode="after")
     def _not_a_loop(self) -> ProposedRelation:
         if self.source_id == self.target_id:
@@ -24,6 +30,7 @@ class ProposedRelation(ReplyModel):
 
 
 class LinkerReply(ReplyModel):
+    items_field = "relations"
     relations: list[ProposedRelation]
 
     def referenced_ids(self) -> set[int]:

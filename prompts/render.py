@@ -37,8 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from prompts import ReplyModel
-from secretary.errors import PromptError
+from prompts import PromptError, ReplyModel
 
 Role = Literal["system", "user"]
 
@@ -118,7 +117,8 @@ def as_data(value: object) -> str:
 
 
 def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, default=_json_default)
+    # No spaces after separators: the model reads it as well, and it costs fewer tokens.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default)
 
 
 def prompt_ids() -> tuple[str, ...]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
-from prompts import NON_BLANK, ReplyModel
+from prompts import NON_BLANK, ReplyModel, clamp
 
 
 class ProposedTrait(ReplyModel):
@@ -13,8 +15,15 @@ class ProposedTrait(ReplyModel):
     evidence_ids: list[int] = Field(min_length=1, description="Ids of supporting memories.")
     updates_trait_id: int | None = Field(description="Id of the existing trait it revises.")
 
+    @classmethod
+    def mend(cls, raw: dict[str, Any]) -> list[str]:
+        notes: list[str] = []
+        clamp(raw, "confidence", 0.0, 1.0, notes)
+        return notes
+
 
 class SoulMapperReply(ReplyModel):
+    items_field = "traits"
     traits: list[ProposedTrait]
 
     def referenced_ids(self) -> set[int]:

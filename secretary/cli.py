@@ -7,8 +7,6 @@ that the API or the daemon would need too.
 from __future__ import annotations
 
 import json
-import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +22,16 @@ from secretary.cli_common import (
     pass_context,
 )
 from secretary.cli_daemon import run, schedule
+from secretary.cli_edits import delete, edit, forget
 from secretary.cli_jobs import dream, plans
+from secretary.cli_mcp import mcp
+from secretary.cli_memory import export, import_, memory, namespaces
 from secretary.cli_records import records, undo
-from secretary.clock import parse_timestamp, utc_now
+from secretary.cli_status import status
 from secretary.config import Settings
 from secretary.logs import configure as configure_logging
 from secretary.progress import progress
+from store.clock import utc_now
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -122,8 +124,16 @@ def config_check(ctx: Context) -> None:
 @namespace_option
 @click.option("--logs", is_flag=True, help="FILE holds conversation logs, not memories.")
 @click.option("--no-index", is_flag=True, help="Leave embedding to the daemon (outbox).")
+@click.option(
+    "--update",
+    is_flag=True,
+    help="A line naming a stored memory (external_id) or log line (idempotency_key) with "
+    "other content changes it (recorded, undoable) instead of failing as a conflict.",
+)
 @pass_context
-def ingest(ctx: Context, file: Path, namespace: str, logs: bool, no_index: bool) -> None:
+def ingest(
+    ctx: Context, file: Path, namespace: str, logs: bool, no_index: bool, update: bool
+) -> None:
     """Add memories (or --logs) from a JSONL file; re-ingesting a file changes nothing.
 
     \b
@@ -137,40 +147,30 @@ def ingest(ctx: Context, file: Path, namespace: str, logs: bool, no_index: bool)
     A file written by `secretary export` is restored as it was.
 
     The whole file is checked first: if any line is bad, every bad line is reported
-    with its number and nothing is written.
+    with its number and nothing is written. So is a line that names a stored memory
+    (or log line) with other content, or the same one as another line with other
+    content: a conflict (exit code 4), unless --update asks to change the stored one.
     """
     from store.ingest import count_lines, ingest_file
 
     with _store(ctx) as store:
         with progress(f"ingesting {file.name}", count_lines(file)) as bar:
             report = ingest_file(
-                store, file, namespace=namespace, logs=logs, now=utc_now(), advance=bar.advance
+                store,
+                file,
+                namespace=namespace,
+                logs=logs,
+                update=update,
+                now=utc_now(),
+                advance=bar.advance,
             )
+        changed = f"{report.updated} updated, " if report.updated else ""
         click.echo(
-            f"{report.lines} lines: {report.created} new, {report.skipped} already present "
-            f"({report.kind}, namespace {namespace!r})"
+            f"{report.lines} lines: {report.created} new, {changed}{report.skipped} already "
+            f"present ({report.kind}, namespace {namespace!r})"
         )
         if report.kind != "logs" and not no_index:
             _sync(store)
-
-
-def _parse_meta(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for value in values:
-        key, sep, wanted = value.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {value!r}", param_hint="--meta")
-        pairs.append((key, wanted))
-    return tuple(pairs)
-
-
-def _parse_time(value: str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return parse_timestamp(value)
-    except ValueError:
-        raise click.BadParameter(f"not an ISO-8601 time: {value!r}", param_hint=name) from None
 
 
 @cli.command()
@@ -206,35 +206,29 @@ def search(
     reinforce: bool,
 ) -> None:
     """Search a namespace's memories (vector + lexical anchors, spreading activation)."""
+    from store.errors import ValidationFailed
     from store.memory_view import hit_json
-    from store.search import SearchFilters, SearchRequest
+    from store.requests import search_request
 
-    filters = SearchFilters(
-        types=types,
-        tags=tags,
-        since=_parse_time(since, "--since"),
-        until=_parse_time(until, "--until"),
-        metadata=_parse_meta(meta),
-    )
-    request = SearchRequest(
-        namespace=namespace,
-        query=query,
-        k=k,
-        filters=filters,
-        min_score=min_score,
-        reinforce=reinforce,
-    )
-    with _store(ctx) as store:
-        now = utc_now()
-        result = store.searcher.search(request, now=now)
-        if reinforce and result.hits:
-            config = store.settings.reinforcement
-            store.repository.reinforce(
-                {hit.memory.id: 1 for hit in result.hits},
-                now=now,
-                step=config.importance_step,
-                max_boost=config.max_boost,
-            )
+    try:
+        request = search_request(
+            namespace=namespace,
+            query=query,
+            k=k,
+            types=types,
+            tags=tags,
+            since=since,
+            until=until,
+            meta=meta,
+            min_score=min_score,
+            reinforce=reinforce,
+        )
+    except ValidationFailed as exc:
+        where, what = exc.problems[0]
+        option = "QUERY" if where == "q" else f"--{where.split('.')[0].replace('_', '-')}"
+        raise click.BadParameter(what, param_hint=option) from None
+    with _store(ctx, namespace=namespace) as store:  # closing the store writes the recall
+        result = store.search(request, now=utc_now())
     for note in result.degraded:
         click.echo(f"warning: {note}", err=True)
     if as_json:
@@ -246,19 +240,6 @@ def search(
     for rank, hit in enumerate(result.hits, start=1):
         when = hit.memory.event_time.date().isoformat()
         click.echo(f"{rank:>2}. [{hit.score:.3f}] #{hit.memory.id} {when} {hit.memory.content}")
-
-
-@cli.command()
-@namespace_option
-@pass_context
-def export(ctx: Context, namespace: str) -> None:
-    """Print the namespace as deterministic JSONL: every memory (any status) and relation.
-
-    The output is a backup: `secretary ingest FILE --namespace NS` restores it.
-    """
-    with _store(ctx) as store:
-        for line in store.repository.export(namespace):
-            sys.stdout.write(line + "\n")
 
 
 @cli.group()
@@ -277,23 +258,30 @@ def index_verify(ctx: Context, namespace: str | None) -> None:
     """Report every drift between SQL and the index; exit 1 if there is any.
 
     Drift kinds: missing (active in SQL, not indexed), extra (indexed, not active in
-    SQL), stale (indexed at another version). Pending outbox entries count as drift.
+    SQL), stale (indexed at another version). Pending outbox entries count as drift,
+    and so does a rebuild that has not finished (REBUILDING).
     """
     drifted = False
-    with _store(ctx) as store:
+    with _store(ctx, namespace=namespace) as store:
+        pending = store.indexer.pending_rebuilds()
         for name in _namespaces(store, namespace):
-            drift = store.indexer.verify(name)
-            state = "ok" if drift.clean else "DRIFT"
+            drift, mark = store.indexer.verify(name), pending.get(name)
+            state = "REBUILDING" if mark else "ok" if drift.clean else "DRIFT"
             click.echo(
                 f"{name}: {state} missing={len(drift.missing)} extra={len(drift.extra)} "
                 f"stale={len(drift.stale)}"
             )
+            if mark:
+                click.echo(
+                    f"  rebuild not finished: {mark.copied} of {mark.total} memories copied; "
+                    "`secretary index sync` completes it"
+                )
             for kind in ("missing", "extra", "stale"):
                 ids = getattr(drift, kind)
                 if ids:
                     shown = ", ".join(map(str, ids[:20])) + (" ..." if len(ids) > 20 else "")
                     click.echo(f"  {kind}: {shown}")
-            drifted = drifted or not drift.clean
+            drifted = drifted or not drift.clean or mark is not None
     if drifted:
         raise SystemExit(1)
 
@@ -302,23 +290,42 @@ def index_verify(ctx: Context, namespace: str | None) -> None:
 @click.option("--namespace", "-n", help="Only this namespace (default: all).")
 @pass_context
 def index_rebuild(ctx: Context, namespace: str | None) -> None:
-    """Drop and rebuild the index from SQL (the truth)."""
-    with _store(ctx) as store:
-        for name in _namespaces(store, namespace):
-            total = len(store.repository.index_state(name))
-            with progress(f"rebuilding {name}", total) as bar:
-                count = store.indexer.rebuild(name, progress=bar.advance)
-            click.echo(f"{name}: indexed {count} memories")
+    """Rebuild the index from SQL (the truth) into a new collection, then swap it in.
+
+    \b
+    Searches use the old index until the new one is complete (and say so).
+    The rebuild is recorded in the database first: if it is cut short, the
+    next `secretary index sync`, daemon or `secretary serve` carries it on.
+    """
+    with _store(ctx, namespace=namespace) as store:
+        names = _namespaces(store, namespace)
+        store.indexer.request_rebuild(names)
+        _rebuild(store, names)
         _sync(store)
 
 
 @index.command("sync")
 @pass_context
 def index_sync(ctx: Context) -> None:
-    """Apply the pending outbox to the index now (the daemon does this continuously)."""
+    """Finish any rebuild cut short, then apply the pending outbox (the daemon does
+    both continuously)."""
     with _store(ctx) as store:
+        _rebuild(store, list(store.indexer.pending_rebuilds()))
         _sync(store)
-        click.echo(f"outbox empty: {store.repository.outbox_size() == 0}")
+        click.echo(f"outbox empty: {store.db.work.outbox_size() == 0}")
+
+
+def _rebuild(store: Any, names: list[str]) -> None:
+    """Carry on the rebuild of each namespace from where it is, with a progress bar."""
+    pending = store.indexer.pending_rebuilds()
+    for name in names:
+        mark = pending.get(name)
+        done = mark.copied if mark is not None else 0
+        with progress(f"rebuilding {name}", store.db.memories.count(name)) as bar:
+            bar.advance(done)
+            count = store.indexer.rebuild(name, progress=bar.advance)
+        resumed = f" (resumed after {done})" if done else ""
+        click.echo(f"{name}: indexed {count} memories{resumed}")
 
 
 @cli.command()
@@ -326,8 +333,16 @@ def index_sync(ctx: Context) -> None:
 @click.option("--port", type=int, help="Port (default from config: 8765).")
 @pass_context
 def serve(ctx: Context, host: str | None, port: int | None) -> None:
-    """Serve the read API (search, memories, ingest, health, metrics)."""
-    from store.api import serve as serve_api
+    """Serve the read API (search, memories, ingest, health, metrics, dream requests).
+
+    \b
+    Without the daemon (`secretary run`) no job runs on a schedule, but dream
+    requests (POST /v1/dream) run here, unless a daemon starts and takes them.
+    """
+    from secretary.console_ops import console_ops
+    from secretary.dispatch import in_process_dreamer
+    from secretary.status_config import status_config
+    from store.api.app import serve as serve_api
 
     settings = ctx.settings
     if host or port:
@@ -336,7 +351,14 @@ def serve(ctx: Context, host: str | None, port: int | None) -> None:
         )
         ctx._settings = settings.model_copy(update={"api": api})
     with _store(ctx) as store:
-        serve_api(store)
+        # No daemon here: the API runs the dream requests itself while no daemon does.
+        dreamer = in_process_dreamer(store, ctx.settings)
+        serve_api(
+            store,
+            status=status_config(ctx.settings),
+            dreamer=dreamer,
+            console=console_ops(store, ctx.settings),
+        )
 
 
 def _safe_url(settings: Settings) -> str:
@@ -353,6 +375,15 @@ cli.add_command(run)
 cli.add_command(schedule)
 cli.add_command(records)
 cli.add_command(undo)
+cli.add_command(status)
+cli.add_command(memory)
+memory.add_command(edit)
+memory.add_command(delete)
+cli.add_command(forget)
+cli.add_command(namespaces)
+cli.add_command(export)
+cli.add_command(import_)
+cli.add_command(mcp)
 
 
 def main() -> None:

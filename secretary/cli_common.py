@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -9,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import click
+from loguru import logger
 
 from secretary.config import Settings, load_settings
-from secretary.errors import SecretaryError
 from secretary.progress import progress
-
-DEFAULT_NAMESPACE = "default"
+from store.errors import SecretaryError, UnknownNamespace
+from store.settings import DEFAULT_NAMESPACE
 
 
 @dataclass
@@ -31,14 +32,75 @@ class Context:
 
 
 class _Group(click.Group):
-    """Turns our errors into a clean message and exit code instead of a traceback."""
+    """Turns every failure into one or two lines on stderr and a non-zero exit code.
+
+    Our errors carry their message and exit code; a failing database, a file that cannot be
+    opened and the index or embedder are described with what to do. Anything else is a bug:
+    one line too. The traceback is logged only at ``--log-level debug``.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except SecretaryError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:
+            # `secretary export | head`: the reader left; nothing more to say to it.
+            sys.stderr.close()
+            ctx.exit(1)
+        except Exception as exc:  # noqa: BLE001 - the CLI's boundary: every failure, one message
+            message, code = describe_failure(exc, ctx.find_object(Context))
+            _log_traceback(ctx, exc)
+            click.echo(f"error: {message}", err=True)
+            ctx.exit(code)
+
+
+def describe_failure(exc: Exception, context: Context | None) -> tuple[str, int]:
+    """Given what a command raised, return the message to print and the exit code."""
+    settings = context._settings if context is not None else None
+    if isinstance(exc, SecretaryError):
+        return str(exc) + _index_hint(exc, settings), exc.exit_code
+    db = sys.modules.get("store.db")  # loaded if the command reached the database
+    if db is not None and isinstance(exc, db.DatabaseError):
+        url = settings.database_url if settings is not None else "sqlite://"
+        return str(db.describe_database_error(exc, url)), 1
+    if isinstance(exc, PermissionError):
+        return (
+            f"permission denied: {exc.filename}: run secretary as the user who owns it "
+            "(the service's user for the daemon's store), or choose another --data-dir",
+            1,
+        )
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.strerror}: {exc.filename}", 1
+    if _is(exc, "store.embedder", "EmbedderError"):
+        return f"the embedder failed: {exc} (check the [index] embedder options)", 1
+    return (
+        f"unexpected {type(exc).__name__}: {exc} (a bug: --log-level debug shows the traceback)",
+        1,
+    )
+
+
+def _is(exc: Exception, module: str, name: str) -> bool:
+    """Tell whether ``exc`` is a ``module.name``, without importing a module not yet loaded
+    (then it cannot have raised it)."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(exc, getattr(loaded, name))
+
+
+def _index_hint(exc: SecretaryError, settings: Settings | None) -> str:
+    url = settings.index.chroma_url if settings is not None else ""
+    if url and "cannot reach" in str(exc) and _is(exc, "store.vector_index", "VectorIndexError"):
+        return (
+            f"\nis a Chroma server running at {url}? Start one (`chroma run --path DIR "
+            "--port PORT`) or fix index.chroma_url (SECRETARY_INDEX_CHROMA_URL)"
+        )
+    return ""
+
+
+def _log_traceback(ctx: click.Context, exc: Exception) -> None:
+    level = str(ctx.params.get("log_level", "INFO")).upper()
+    if level in {"DEBUG", "TRACE"}:
+        logger.opt(exception=exc).debug("the command failed")
 
 
 pass_context = click.make_pass_decorator(Context)
@@ -53,18 +115,30 @@ namespace_option = click.option(
 
 
 @contextmanager
-def _store(ctx: Context, *, create: bool = False) -> Iterator[Any]:
+def _store(ctx: Context, *, create: bool = False, namespace: str | None = None) -> Iterator[Any]:
+    """Open the store; without ``create`` it must exist (StoreMissing names the directory and
+    `secretary init`), and ``namespace``, if given, must hold something (UnknownNamespace)."""
     from store.service import Store
 
     store = Store.open(ctx.settings, create=create)
     try:
+        if namespace is not None:
+            require_namespace(store, namespace)
         yield store
     finally:
         store.close()
 
 
+def require_namespace(store: Any, namespace: str) -> None:
+    """Raise UnknownNamespace unless ``namespace`` holds memories, logs or records."""
+    known = store.db.work.namespaces_with_work()
+    if namespace in known or store.db.records.find(namespaces=(namespace,), limit=1):
+        return
+    raise UnknownNamespace(namespace, known)
+
+
 def _sync(store: Any) -> None:
-    pending = store.repository.outbox_size()
+    pending = store.db.work.outbox_size()
     if pending:
         with progress("indexing", pending) as bar:
             done = store.indexer.sync(progress=bar.advance)

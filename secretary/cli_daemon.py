@@ -10,22 +10,19 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
 import click
 from loguru import logger
 
 from secretary.cli_common import Context, pass_context
-from secretary.clock import utc_now
-from secretary.config import SCHEDULED_JOBS, Settings, load_settings
-from secretary.scheduler import (
-    InvalidCron,
-    PlannedJob,
-    ScheduleBook,
-    plan_schedule,
-    validate_cron,
-)
+from secretary.config import Settings, load_settings
+from secretary.cron import InvalidCron, validate_cron
+from secretary.jobs.registry import JOB_NAMES
+from secretary.scheduler import PlannedJob, ScheduleBook, plan_schedule
+from store.clock import utc_now
 
-job_argument = click.argument("job", metavar="JOB", type=click.Choice(SCHEDULED_JOBS))
+job_argument = click.argument("job", metavar="JOB", type=click.Choice(JOB_NAMES))
 
 
 @contextmanager
@@ -33,11 +30,12 @@ def _book(ctx: Context) -> Iterator[ScheduleBook]:
     # The schedule commands need the database only: opening the whole store (Chroma, the
     # embedder) would cost seconds for a one-row change.
     from store.db import check_schema, make_engine
+    from store.schedules import ScheduleTable
 
     engine = make_engine(ctx.settings.database_url)
     try:
         check_schema(engine)
-        yield ScheduleBook(engine)
+        yield ScheduleBook(ScheduleTable(engine))
     finally:
         engine.dispose()
 
@@ -93,21 +91,41 @@ def schedule() -> None:
 @pass_context
 def schedule_show(ctx: Context, count: int, as_json: bool) -> None:
     """Print each job's schedule, where it comes from, and its next fire times."""
-    from secretary.lease import current_lease
+    from store.leases import current_lease, holder_gone
 
     with _book(ctx) as book:
         overrides = book.entries()
-        lease = current_lease(book.engine)
+        lease = current_lease(book.table.engine)
     now = utc_now()
     plan = plan_schedule(ctx.settings.schedule, overrides, now=now, count=count)
-    holder = lease.holder if lease is not None and lease.expires_at > now else None
+    live = lease is not None and lease.expires_at > now and not holder_gone(lease.holder)
+    holder = lease.holder if live and lease is not None else None
+    since = lease.acquired_at if live and lease is not None else None
     if as_json:
-        jobs = [_job_json(job) for job in plan]
+        jobs = [{**_job_json(job), "firing": _firing(job, since)} for job in plan]
         click.echo(json.dumps({"daemon": holder, "jobs": jobs}, indent=2))
         return
     click.echo(f"time zone: {ctx.settings.schedule.timezone}; daemon: {holder or 'not running'}")
     for job in plan:
         click.echo(_job_line(job))
+        firing = _firing(job, since)
+        if firing == "cut short":
+            started = job.schedule.last_fired_at
+            when = started.isoformat(timespec="minutes") if started else "?"
+            click.echo(
+                f"{'':<13} its firing of {when} was cut short (the daemon stopped while it ran):"
+                " it runs again when the daemon starts, within the misfire grace"
+            )
+
+
+def _firing(job: PlannedJob, daemon_since: datetime | None) -> str | None:
+    """ "running" while the live daemon runs a firing, "cut short" if one started and never
+    ended (the daemon died), else None."""
+    started = job.schedule.last_fired_at
+    if not job.schedule.interrupted or started is None:
+        return None
+    running = daemon_since is not None and started >= daemon_since
+    return "running" if running else "cut short"
 
 
 def _state(job: PlannedJob) -> str:

@@ -1,24 +1,43 @@
 """`secretary dream` and `secretary plans`: run the maintenance jobs now, and approve plans.
 
-Thin commands over ``secretary.jobs.runner``; registered on the main group by ``secretary.cli``.
+Thin commands over ``secretary.runner`` and ``secretary.approval``; registered on the main group
+by ``secretary.cli``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
+from loguru import logger
 
 from secretary.cli_common import Context, _store, _sync, pass_context
-from secretary.clock import utc_now
-from secretary.errors import SecretaryError
-from secretary.jobs import JOB_NAMES
+from secretary.jobs.base import Plan
+from secretary.jobs.registry import JOB_NAMES
+from store.clock import utc_now
+from store.errors import SecretaryError
+from store.operations import (
+    CreateMemory,
+    CreateRelation,
+    InheritRelations,
+    Operation,
+    SetStatus,
+    UpdateMemory,
+)
 
-if TYPE_CHECKING:
-    from secretary.jobs.base import Plan
-    from secretary.jobs.runner import PendingPlan, RunOutcome
-    from store.operations import Operation
+if TYPE_CHECKING:  # the runner opens the whole store: loaded only by the commands using it
+    from secretary.approval import PendingPlan
+    from secretary.outcomes import RunOutcome
+    from store.dream_requests import DreamRequests, DreamRequestView
 
 
 @click.command()
@@ -34,57 +53,213 @@ if TYPE_CHECKING:
     "--namespace", "-n", help="Only this namespace (default: every one with memories or logs)."
 )
 @click.option("--dry-run", is_flag=True, help="Print what each job would do; write nothing.")
+@click.option(
+    "--retry-quarantined",
+    is_flag=True,
+    help="Send the items quarantined after repeated failures to the model again.",
+)
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="With a daemon running: print the request's id and return at once.",
+)
 @pass_context
-def dream(ctx: Context, job_names: tuple[str, ...], namespace: str | None, dry_run: bool) -> None:
+def dream(
+    ctx: Context,
+    job_names: tuple[str, ...],
+    namespace: str | None,
+    dry_run: bool,
+    retry_quarantined: bool,
+    no_wait: bool,
+) -> None:
     """Run the maintenance jobs now: extract, link, audit, map traits, consolidate, purge.
 
     \b
     Each job only looks at what changed since its last run. Jobs that need the LLM are
     skipped while no model is configured ([llm] model). Exit code 1 if a job failed.
-    Refused while a daemon runs on the store (its jobs would race these).
+    While a daemon runs on the store (`secretary run`), the daemon runs them: this
+    command queues a request, waits and prints the outcomes (--no-wait: prints the
+    request's id; GET /v1/dream/ID shows it later). Without a daemon, and always with
+    --dry-run, they run in this process. Ctrl-C ends with exit code 130: jobs that
+    finished stay applied, the one cut short changes nothing.
     """
-    from secretary.jobs.runner import run_cycle
-
-    with _store(ctx) as store:
-        if not dry_run:
-            _refuse_if_daemon_running(store)
-        outcomes = run_cycle(
-            store,
-            ctx.settings,
-            now=utc_now(),
-            namespaces=[namespace] if namespace else None,
-            jobs=job_names,
-            dry_run=dry_run,
-        )
-        for outcome in outcomes:
-            click.echo(_outcome_line(outcome))
-            if dry_run and outcome.plan is not None:
-                _echo_plan(outcome.plan)
-        if not dry_run:
-            _sync(store)
+    with _interruptible() as interrupted, _store(ctx, namespace=namespace) as store:
+        holder = None if dry_run else _live_daemon(store)
+        if holder is not None:
+            request = DreamAsk(
+                namespace=namespace, jobs=job_names, retry_quarantined=retry_quarantined
+            )
+            outcomes = _ask_daemon(store, holder, request, wait=not no_wait, on=interrupted)
+            if outcomes is None:
+                return
+        else:
+            interrupted.message = (
+                "jobs that finished stay applied; the one cut short changed nothing"
+            )
+            outcomes = _dream_here(ctx, store, namespace, job_names, dry_run, retry_quarantined)
     if not outcomes:
         click.echo("no namespace has memories or logs yet")
-    if any(outcome.status == "failed" for outcome in outcomes):
+    if any(outcome["status"] == "failed" for outcome in outcomes):
         raise SystemExit(1)
 
 
-def _refuse_if_daemon_running(store: Any) -> None:
-    from secretary.lease import current_lease
+def _dream_here(
+    ctx: Context,
+    store: Any,
+    namespace: str | None,
+    job_names: tuple[str, ...],
+    dry_run: bool,
+    retry_quarantined: bool,
+) -> list[dict[str, Any]]:
+    from secretary.cycle import run_cycle
+    from secretary.dispatch import outcome_json
+
+    outcomes = run_cycle(
+        store,
+        ctx.settings,
+        now=utc_now(),
+        namespaces=[namespace] if namespace else None,
+        jobs=job_names,
+        dry_run=dry_run,
+        retry_quarantined=retry_quarantined,
+    )
+    for outcome in outcomes:
+        click.echo(_outcome_line(outcome))
+        if dry_run and outcome.plan is not None:
+            _echo_plan(outcome.plan)
+    if not dry_run:
+        _sync(store)
+    return [outcome_json(outcome) for outcome in outcomes]
+
+
+# -- asking the daemon -------------------------------------------------------------------------
+
+WAIT_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class DreamAsk:
+    namespace: str | None
+    jobs: tuple[str, ...]
+    retry_quarantined: bool
+
+
+def _live_daemon(store: Any) -> str | None:
+    """Return the holder of the store's daemon lease, unless it expired or its process (on
+    this host) is gone."""
+    from store.leases import current_lease, holder_gone
 
     held = current_lease(store.engine)
-    if held is not None and held.expires_at > utc_now():
-        raise DaemonRunning(held.holder, held.expires_at)
+    if held is None or held.expires_at <= utc_now() or holder_gone(held.holder):
+        return None
+    return held.holder
 
 
-class DaemonRunning(SecretaryError):
+def _ask_daemon(
+    store: Any, holder: str, ask: DreamAsk, *, wait: bool, on: Interrupted
+) -> list[dict[str, Any]] | None:
+    """Queue a request for the daemon; wait for its outcomes and print them (None: not waited).
+
+    Raise DaemonGone if the daemon stops before it is done, DreamFailed if it failed.
+    """
+    requests = store.db.dream_requests
+    request_id = requests.enqueue(
+        namespace=ask.namespace,
+        jobs=ask.jobs,
+        retry_quarantined=ask.retry_quarantined,
+        requested_by=f"cli:{socket.gethostname()}:{os.getpid()}",
+        now=utc_now(),
+    )
+    on.describe = lambda: _stop_waiting(requests, request_id)
+    if not wait:
+        click.echo(f"dream request #{request_id} queued for the daemon ({holder})", err=True)
+        click.echo(request_id)
+        return None
+    click.echo(f"dream request #{request_id}: the daemon ({holder}) runs it; waiting", err=True)
+    request = _wait(store, requests, request_id)
+    on.describe = None
+    for outcome in request.outcomes:
+        click.echo(_stored_line(outcome))
+    if request.status == "failed":
+        raise DreamFailed(request_id, request.error or "no reason given")
+    return [dict(outcome) for outcome in request.outcomes]
+
+
+def _wait(store: Any, requests: DreamRequests, request_id: int) -> DreamRequestView:
+    while True:
+        request = requests.get(request_id)
+        assert request is not None  # nothing deletes requests
+        if request.finished:
+            return request
+        now = utc_now()
+        picker = request.picked_by
+        taken = request.status == "running" and picker and requests.picker_alive(picker, now=now)
+        if not taken and _live_daemon(store) is None:
+            raise DaemonGone(request_id)
+        time.sleep(WAIT_POLL_SECONDS)
+
+
+def _stop_waiting(requests: DreamRequests, request_id: int) -> str:
+    if requests.cancel(request_id, reason="cancelled: interrupted while waiting", now=utc_now()):
+        return f"dream request #{request_id} cancelled before the daemon started it"
+    return (
+        f"the daemon goes on with dream request #{request_id}"
+        f" (GET /v1/dream/{request_id} shows its outcomes)"
+    )
+
+
+class DaemonGone(SecretaryError):
     exit_code = 75
 
-    def __init__(self, holder: str, expires_at: datetime) -> None:
+    def __init__(self, request_id: int) -> None:
         super().__init__(
-            f"a secretary daemon ({holder}) runs on this store, and its scheduled jobs would race"
-            " these: stop it first, or change its schedule with `secretary schedule set`"
-            f" (its lease runs until {expires_at.isoformat(timespec='seconds')})"
+            f"the daemon stopped before dream request #{request_id} was done; it stays queued"
+            " for the next daemon (or `secretary serve`) to run"
         )
+
+
+class DreamFailed(SecretaryError):
+    exit_code = 1
+
+    def __init__(self, request_id: int, error: str) -> None:
+        super().__init__(f"dream request #{request_id} failed: {error}")
+
+
+# -- Ctrl-C --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Interrupted:
+    """What to say if Ctrl-C comes: a fixed line, or one worked out then (e.g. after a cancel)."""
+
+    message: str = "nothing was changed"
+    describe: Callable[[], str] | None = None
+
+
+@contextmanager
+def _interruptible() -> Iterator[Interrupted]:
+    """End a Ctrl-C with one line on stderr and exit code 130 instead of a traceback."""
+    said = Interrupted()
+
+    def handler(_number: int, _frame: FrameType | None) -> None:
+        # From here on the command says one line: the job boundary would log the interrupted
+        # run's traceback, and a second Ctrl-C would break off the rollback and the cleanup.
+        logger.remove()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield said  # only the main thread gets signals (and may set their handlers)
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield said
+    except KeyboardInterrupt:
+        line = said.describe() if said.describe is not None else said.message
+        click.echo(f"interrupted: {line}", err=True)
+        raise SystemExit(130) from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @click.group()
@@ -97,10 +272,10 @@ def plans() -> None:
 @pass_context
 def plans_list(ctx: Context, namespace: str | None) -> None:
     """List the plans awaiting approval, oldest first."""
-    from secretary.jobs.runner import pending_plans
+    from secretary.approval import pending_plans
 
     with _store(ctx) as store:
-        pending = pending_plans(store.repository, namespace)
+        pending = pending_plans(store.db, namespace)
     if not pending:
         click.echo("no plans await approval")
     for plan in pending:
@@ -112,10 +287,10 @@ def plans_list(ctx: Context, namespace: str | None) -> None:
 @pass_context
 def plans_show(ctx: Context, record_id: int) -> None:
     """Show every change of a pending plan."""
-    from secretary.jobs.runner import get_pending
+    from secretary.approval import get_pending
 
     with _store(ctx) as store:
-        pending = get_pending(store.repository, record_id)
+        pending = get_pending(store.db, record_id)
     click.echo(_pending_line(pending))
     _echo_plan(pending.as_plan())
 
@@ -125,7 +300,7 @@ def plans_show(ctx: Context, record_id: int) -> None:
 @pass_context
 def plans_approve(ctx: Context, record_id: int) -> None:
     """Apply a pending plan, unless what it changes has changed since (exit code 1 then)."""
-    from secretary.jobs.runner import approve_plan
+    from secretary.approval import approve_plan
 
     with _store(ctx) as store:
         outcome = approve_plan(store, ctx.settings, record_id, now=utc_now())
@@ -141,7 +316,7 @@ def plans_approve(ctx: Context, record_id: int) -> None:
 @pass_context
 def plans_reject(ctx: Context, record_id: int) -> None:
     """Drop a pending plan; the job will not propose the same changes again."""
-    from secretary.jobs.runner import reject_plan
+    from secretary.approval import reject_plan
 
     with _store(ctx) as store:
         outcome = reject_plan(store, record_id, now=utc_now())
@@ -149,8 +324,23 @@ def plans_reject(ctx: Context, record_id: int) -> None:
 
 
 def _outcome_line(outcome: RunOutcome) -> str:
-    record = f" (record #{outcome.record_id})" if outcome.record_id is not None else ""
-    return f"{outcome.namespace} {outcome.job}: {outcome.status}{record}: {outcome.message}"
+    return _line(outcome.namespace, outcome.job, outcome.status, outcome.record_id, outcome.message)
+
+
+def _stored_line(outcome: Mapping[str, Any]) -> str:
+    """The line of an outcome as a dream request stores it (see ``outcome_json``)."""
+    return _line(
+        str(outcome.get("namespace")),
+        str(outcome.get("job")),
+        str(outcome.get("status")),
+        outcome.get("record_id"),
+        str(outcome.get("message") or ""),
+    )
+
+
+def _line(namespace: str, job: str, status: str, record_id: int | None, message: str) -> str:
+    record = f" (record #{record_id})" if record_id is not None else ""
+    return f"{namespace} {job}: {status}{record}: {message}"
 
 
 def _pending_line(plan: PendingPlan) -> str:
@@ -169,15 +359,6 @@ def _echo_plan(plan: Plan) -> None:
 
 def describe(op: Operation) -> str:
     """One line saying what an operation does, for dry runs and `secretary plans show`."""
-    # Imported here: the store's models are not needed to start the CLI.
-    from store.operations import (
-        CreateMemory,
-        CreateRelation,
-        InheritRelations,
-        SetStatus,
-        UpdateMemory,
-    )
-
     if isinstance(op, CreateMemory):
         where = f", replacing {list(op.replaces_in_timeline)}" if op.replaces_in_timeline else ""
         return (
@@ -194,7 +375,8 @@ def describe(op: Operation) -> str:
             f": {_short(op.description)}" if op.description else ""
         )
     if isinstance(op, InheritRelations):
-        return f"copy the relations of {list(op.from_ids)} to {_ref(op.to)}"
+        context = " and their place in the timeline" if op.context else ""
+        return f"copy the relations{context} of {list(op.from_ids)} to {_ref(op.to)}"
     return f"purge #{op.memory_id}"
 
 

@@ -1,7 +1,7 @@
 """`secretary records` and `secretary undo`: read what jobs did, and take it back.
 
-Thin commands over store.undo; the main group (secretary.cli) turns our errors into a message
-and an exit code.
+Thin commands over store.records_view, store.diff and store.undo; the main group
+(secretary.cli) turns our errors into a message and an exit code.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from secretary.cli_common import Context, _store, _sync, pass_context
-from secretary.clock import utc_now
+from store.clock import utc_now
+from store.kinds import RecordStatus
 
 if TYPE_CHECKING:
     from store.undo import UndoPlan
 
-# store.models.RecordStatus, spelled out: importing the store here would slow every command.
-_STATUSES = ("planned", "applied", "failed", "refused", "undone")
+_STATUSES = tuple(status.value for status in RecordStatus)
 _SHOWN_CHARS = 80  # longer values are cut in the text view; --json has them whole
 
 
@@ -49,15 +49,15 @@ def records_list(
     limit: int,
     as_json: bool,
 ) -> None:
-    """List records, newest first."""
-    from store.records_view import find_records, record_json
+    """List records, newest first: job, namespace, status, duration, changes by kind, tokens,
+    cost, and the error or why the run was refused, stopped or skipped."""
+    from store.records_view import record_summary_json
 
     namespaces = (namespace,) if namespace else None
-    with _store(ctx) as store:
-        found = find_records(
-            store.repository, namespaces=namespaces, job=job, status=status, limit=limit
-        )
-    views = [record_json(record) for record in found]
+    with _store(ctx, namespace=namespace) as store:
+        found = store.db.records.find(namespaces=namespaces, job=job, status=status, limit=limit)
+        changes = store.db.records.change_counts(record.id for record in found)
+    views = [record_summary_json(record, changes.get(record.id, {})) for record in found]
     if as_json:
         click.echo(json.dumps(views, indent=2))
         return
@@ -68,15 +68,34 @@ def records_list(
 
 
 def _record_line(view: Mapping[str, Any]) -> str:
+    """One record: who, when, how it ended and how long it took; what it changed; what it spent;
+    and its error or why it did less than it might have."""
+    from store.changes import describe
+
     links = ""
     if view["undoes_id"] is not None:
         links += f" (undoes #{view['undoes_id']})"
     if view["undone_by_id"] is not None:
         links += f" (undone by #{view['undone_by_id']})"
-    return (
+    took = f" {view['duration_seconds']:.1f}s" if view["duration_seconds"] is not None else ""
+    line = (
         f"#{view['id']} {view['started_at']} {view['job']} "
-        f"[{view['namespace']}] {view['status']}{links}"
+        f"[{view['namespace']}] {view['status']}{links}{took}: {describe(view['changes_by_kind'])}"
     )
+    if view["tokens_in"] or view["tokens_out"]:
+        line += f"; {view['tokens_in']:,} + {view['tokens_out']:,} tokens"
+        if view["cost"]:
+            line += f" (cost {view['cost']:.4f})"
+    if view["error"]:
+        line += f"; error: {_cut(view['error'])}"
+    if view["reason"]:
+        line += f"; {_cut(view['reason'])}"
+    return line
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
 @records.command("show")
@@ -84,12 +103,13 @@ def _record_line(view: Mapping[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the record and full images as JSON.")
 @pass_context
 def records_show(ctx: Context, record_id: int, as_json: bool) -> None:
-    """Show one record with its operations, in order, and what each changed."""
-    from store.records_view import get_record, record_detail_json
+    """Show one record with its operations, in order, and what each changed, and the items
+    its run dropped or quarantined, and why."""
+    from store.records_view import record_show_json
 
     with _store(ctx) as store:
-        record, operations = get_record(store.repository, record_id)
-    view = record_detail_json(record, operations)
+        record, operations = store.db.records.get(record_id)
+    view = record_show_json(record, operations)
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return
@@ -98,6 +118,15 @@ def records_show(ctx: Context, record_id: int, as_json: bool) -> None:
         click.echo(f"model {view['model']}: {view['tokens_in']} in, {view['tokens_out']} out")
     if view["error"]:
         click.echo(f"error: {view['error']}")
+    if view["reason"]:
+        click.echo(f"reason: {view['reason']}")
+    if view["dropped"]:
+        click.echo(f"dropped ({len(view['dropped'])}):")
+        for item in view["dropped"]:
+            click.echo(f"  {_cut(item['item'])}: {item['reason']}")
+    if view["quarantined"]:
+        ids = ", ".join(f"#{i}" for i in view["quarantined"])
+        click.echo(f"quarantined ({len(view['quarantined'])}): {ids}")
     click.echo(f"stats: {json.dumps(view['stats'], sort_keys=True)}")
     for operation in view["operations"]:
         click.echo(
@@ -106,6 +135,27 @@ def records_show(ctx: Context, record_id: int, as_json: bool) -> None:
         )
         for line in _image_lines(operation["before"], operation["after"]):
             click.echo(f"        {line}")
+
+
+@records.command("diff")
+@click.argument("record_id", metavar="RECORD", type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print the account as JSON.")
+@pass_context
+def records_diff(ctx: Context, record_id: int, as_json: bool) -> None:
+    """Tell what a record changed, readably: memory texts before -> after, merges as
+    "#12, #19 -> #31: <summary>", supersedes, archives, traits with their evidence, new
+    relations with both ends' text, purges; for an undo, what it put back."""
+    from store.diff import diff_json, record_diff
+
+    with _store(ctx) as store:
+        record, operations = store.db.records.get(record_id)
+        memories = store.db.memories
+        diff = record_diff(record, operations, lambda ids: memories.texts(record.namespace, ids))
+    if as_json:
+        click.echo(json.dumps(diff_json(diff), indent=2, ensure_ascii=False))
+        return
+    for line in diff.lines():
+        click.echo(line)
 
 
 def _image_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
@@ -150,9 +200,9 @@ def undo(ctx: Context, record_id: int, dry_run: bool, force: bool, no_index: boo
 
     with _store(ctx) as store:
         if dry_run:
-            _print_plan(plan_undo(store.repository, record_id))
+            _print_plan(plan_undo(store.db.writer, record_id))
             return
-        result = undo_record(store.repository, record_id, now=utc_now(), force=force)
+        result = undo_record(store.db.writer, record_id, now=utc_now(), force=force)
         click.echo(
             f"record {record_id} undone by record {result.record_id}: "
             f"{result.restored} rows restored"

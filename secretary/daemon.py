@@ -1,10 +1,11 @@
 """`secretary run`: the read API and the scheduled jobs in one process, supervised for systemd.
 
 The main thread supervises: it owns the signal handlers, renews the store's lease, pings the
-watchdog and re-reads the schedule. uvicorn serves the API in a thread of its own and
-APScheduler's pool runs the jobs. Every event reaches the main thread through one queue, so a
-signal handler only enqueues (``SimpleQueue.put`` is reentrant) and all real work happens in
-ordinary code, never inside a handler.
+watchdog, re-reads the schedule and looks for dream requests. uvicorn serves the API in a thread
+of its own, APScheduler's pool runs the jobs, and a thread of its own runs the dream requests.
+Every event reaches the main thread through one queue, so a signal handler only enqueues
+(``SimpleQueue.put`` is reentrant) and all real work happens in ordinary code, never inside a
+handler.
 """
 
 from __future__ import annotations
@@ -18,22 +19,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loguru import logger
-from sqlalchemy.exc import SQLAlchemyError
 
-from secretary.clock import utc_now
-from secretary.config import Settings
-from secretary.dispatch import JobCalls, JobRunner, RunnerCalls
-from secretary.errors import ConfigError
-from secretary.lease import Lease, holder_id
+from secretary.config import ConfigError, Settings
+from secretary.dispatch import Dispatcher, JobCalls, RunnerCalls
+from secretary.jobs.registry import JOB_NAMES
 from secretary.notify import Notifier, watchdog_interval
-from secretary.scheduler import JobScheduler, ScheduleBook
-from store.db import check_schema, make_engine
-
-if TYPE_CHECKING:
-    from store.service import Store
+from secretary.scheduler import JobScheduler
+from secretary.status_config import status_config
+from store.clock import utc_now
+from store.db import DatabaseError, check_schema, make_engine
+from store.dream_requests import DreamRequestView
+from store.dream_worker import Dreamer, run_claimed, run_pending
+from store.leases import Lease, holder_id
+from store.service import Store
 
 API_START_SECONDS = 60.0  # uvicorn binds and runs the app's startup well within this
 API_STOP_SECONDS = 15.0  # uvicorn's graceful shutdown (10 s) plus the reinforcement flush
@@ -46,14 +47,29 @@ TERM, HUP, API_READY, API_STOPPED, LEASE_LOST = "term", "hup", "api-ready", "api
 class _Server:
     """uvicorn's server, telling the supervisor once it listens (or that it stopped)."""
 
-    def __init__(self, store: Store, inbox: queue.SimpleQueue[str], clock: Callable[[], datetime]):
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        inbox: queue.SimpleQueue[str],
+        clock: Callable[[], datetime],
+    ):
         import uvicorn
 
-        from store.api import create_app
+        from secretary.console_ops import console_ops
+        from store.api.app import create_app
 
         api = store.settings.api
+        app = create_app(
+            store,
+            clock=clock,
+            status=status_config(settings),
+            # The daemon runs the dream requests itself: the API only queues them.
+            dreamer=Dreamer(jobs=JOB_NAMES),
+            console=console_ops(store, settings),
+        )
         config = uvicorn.Config(
-            create_app(store, clock=clock),
+            app,
             host=api.host,
             port=api.port,
             log_config=None,
@@ -155,17 +171,20 @@ class Daemon:
         self._lease = lease
         self._notifier = notifier
         self._monotonic = monotonic
+        self._clock = clock
         self._inbox: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self.runner = JobRunner(
+        self._requests = store.db.dream_requests
+        self._dreaming: threading.Thread | None = None
+        self.dispatcher = Dispatcher(
             calls or RunnerCalls(store), settings=settings, clock=clock, on_status=notifier.status
         )
         self.scheduler = JobScheduler(
-            book=ScheduleBook(store.engine),
+            table=store.db.schedules,
             settings=settings.schedule,
-            fire=self.runner.fire,
+            fire=self.dispatcher.fire,
             clock=clock,
         )
-        self._api = _Server(store, self._inbox, clock)
+        self._api = _Server(store, settings, self._inbox, clock)
         env = os.environ if environ is None else environ
         self._watchdog = watchdog_interval(env, os.getpid()) if settings.schedule.watchdog else None
 
@@ -188,7 +207,7 @@ class Daemon:
     def _run(self) -> DaemonResult:
         self._api.start()
         if not self._wait_for_api():
-            code = 0 if self.runner.stopping else 1  # a stop requested while starting is clean
+            code = 0 if self.dispatcher.stopping else 1  # a stop requested while starting is clean
             return DaemonResult(code=code, abandoned=self._shutdown())
         for change in self.scheduler.start():
             logger.info("scheduled {}", change)
@@ -210,7 +229,7 @@ class Daemon:
             if event == API_READY:
                 return True
             if event == TERM:
-                self.runner.stop()  # marks the stop as requested: the exit is then clean
+                self.dispatcher.stop()  # marks the stop as requested: the exit is then clean
                 return False
             if event == API_STOPPED:
                 return False
@@ -223,6 +242,7 @@ class Daemon:
         schedule = self.settings.schedule
         ticks = [
             Every(seconds=schedule.poll_seconds, action=self._poll),
+            Every(seconds=schedule.poll_seconds, action=self._take_requests),
             Every(seconds=schedule.lease_seconds / 3, action=self._renew),
         ]
         if self._watchdog is not None:
@@ -258,18 +278,49 @@ class Daemon:
     def _poll(self) -> None:
         try:
             changes = self.scheduler.refresh()
-        except SQLAlchemyError as exc:
+        except DatabaseError as exc:
             logger.warning("cannot read the schedule, trying again later: {}", exc)
             return
         for change in changes:
             logger.info("schedule changed: {}", change)
+
+    def _take_requests(self) -> None:
+        """Claim the oldest dream request and run it (and those queued after it) in a thread;
+        one at a time, and none once stopping."""
+        if self.dispatcher.stopping or (self._dreaming is not None and self._dreaming.is_alive()):
+            return
+        try:
+            request = self._requests.claim(picker=self._lease.holder, now=self._clock())
+        except DatabaseError as exc:
+            logger.warning("cannot read the dream requests, trying again later: {}", exc)
+            return
+        if request is not None:
+            self._dreaming = threading.Thread(
+                target=self._dream, args=(request,), name="dream-requests", daemon=True
+            )
+            self._dreaming.start()
+
+    def _dream(self, first: DreamRequestView) -> None:
+        holder, run = self._lease.holder, self.dispatcher.dream
+        try:
+            if run_claimed(self._requests, first, picker=holder, run=run, clock=self._clock):
+                run_pending(
+                    self._requests,
+                    picker=holder,
+                    run=run,
+                    clock=self._clock,
+                    stopping=lambda: self.dispatcher.stopping,
+                )
+        except DatabaseError as exc:
+            # The request stays ours and running: the next claim takes it again.
+            logger.warning("dream requests: the database failed, trying again later: {}", exc)
 
     def _renew(self) -> None:
         try:
             if self._lease.renew():
                 return
             logger.error("the store's lease was taken over by another daemon: stopping")
-        except SQLAlchemyError as exc:
+        except DatabaseError as exc:
             if not self._lease.expired():
                 logger.warning("cannot renew the store's lease, trying again: {}", exc)
                 return
@@ -293,30 +344,30 @@ class Daemon:
             if later:
                 logger.warning("changes to {} take effect at the next restart", ", ".join(later))
             self.settings = new
-            self.runner.settings = new
+            self.dispatcher.settings = new
             try:
                 changes = self.scheduler.refresh(new.schedule)
-            except SQLAlchemyError as exc:
+            except DatabaseError as exc:
                 logger.warning("cannot read the schedule, trying again later: {}", exc)
                 changes = []
             for change in changes:
                 logger.info("schedule changed: {}", change)
             logger.info("config reloaded; schedule re-applied ({} change(s))", len(changes))
-        self._notifier.ready(", ".join(self.runner.running()) or "idle")
+        self._notifier.ready(", ".join(self.dispatcher.running()) or "idle")
 
     def _shutdown(self) -> bool:
         """Stop starting runs, wait (bounded) for the running ones, stop the API; True if a run
         was abandoned."""
-        running = self.runner.running()
+        running = self.dispatcher.running()
         waiting = f": waiting for {', '.join(running)}" if running else ""
         self._notifier.stopping(f"stopping{waiting}")
-        self.runner.stop()
+        self.dispatcher.stop()
         self.scheduler.shutdown()
         finished = self._wait_for_runs(self.settings.schedule.stop_timeout_seconds)
         if not finished:
             logger.warning(
                 "{} still running after {:.0f} s: exiting anyway; the database rolls it back",
-                ", ".join(self.runner.running()) or "a job",
+                ", ".join(self.dispatcher.running()) or "a job",
                 self.settings.schedule.stop_timeout_seconds,
             )
         if not self._api.stop(API_STOP_SECONDS):
@@ -327,7 +378,7 @@ class Daemon:
         # The lease and the watchdog must outlive a long wait: renew and ping between slices.
         deadline = self._monotonic() + bound
         slice_ = min(self.settings.schedule.lease_seconds / 3, self._watchdog or bound)
-        while not self.runner.wait_idle(max(0.0, min(slice_, deadline - self._monotonic()))):
+        while not self.dispatcher.wait_idle(max(0.0, min(slice_, deadline - self._monotonic()))):
             if self._monotonic() >= deadline:
                 return False
             self._renew_quietly()
@@ -338,7 +389,7 @@ class Daemon:
     def _renew_quietly(self) -> None:
         try:
             self._lease.renew()
-        except SQLAlchemyError as exc:
+        except DatabaseError as exc:
             logger.warning("cannot renew the store's lease while stopping: {}", exc)
 
 
@@ -387,8 +438,6 @@ def _run_with_store(
     clock: Callable[[], datetime],
     environ: Mapping[str, str] | None,
 ) -> DaemonResult:
-    from store.service import Store
-
     store = Store.open(settings)
     try:
         daemon = Daemon(
@@ -411,7 +460,7 @@ def _run_with_store(
 def _release(lease: Lease) -> None:
     try:
         lease.release()
-    except SQLAlchemyError as exc:
+    except DatabaseError as exc:
         logger.warning(
             "could not release the store's lease (it expires on its own at {}): {}",
             lease.expires_at,

@@ -1,9 +1,11 @@
-"""Running a firing of a scheduled job: every namespace with work, one namespace at a time.
+"""Dispatching a firing of a scheduled job: every namespace with work, one namespace at a time.
 
 APScheduler keeps a job from overlapping itself (max_instances=1); ``NamespaceLocks`` keep two
-different jobs off one namespace, whose data they would both rewrite. ``JobRunner`` also knows
-what runs right now (for systemd's STATUS line) and lets the daemon stop: no new run starts,
-and the running one is waited for, bounded.
+different jobs off one namespace, whose data they would both rewrite. A dream request (`secretary
+dream`, POST /v1/dream) runs its jobs through the same locks, one job at a time, like firings.
+``Dispatcher`` also knows what runs right now (for systemd's STATUS line) and lets the daemon
+stop: no new run starts, and the running one is waited for, bounded. Each run is
+``secretary.runner.run_job``.
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from loguru import logger
-from sqlalchemy.exc import SQLAlchemyError
 
-from secretary.clock import utc_now
 from secretary.config import Settings
-from secretary.errors import SecretaryError
-
-if TYPE_CHECKING:
-    from store.service import Store
+from secretary.jobs.registry import JOB_NAMES, get_job
+from secretary.outcomes import RunOutcome, make_outcome
+from secretary.runner import run_job
+from store.clock import utc_now
+from store.db import DatabaseError
+from store.dream_requests import DreamRequestView
+from store.dream_worker import Dreamer
+from store.errors import SecretaryError
+from store.service import Store
 
 
 class NamespaceLocks:
@@ -67,34 +72,65 @@ class NamespaceLocks:
 
 
 class JobCalls(Protocol):
-    """What the daemon needs from the jobs: which namespaces have work, and one run."""
+    """What the daemon needs from the jobs: which namespaces have work, and one run (a scheduled
+    one, reported as a line, or a requested one, reported as its outcome)."""
 
     def namespaces(self) -> Sequence[str]: ...
 
     def run(self, job: str, namespace: str, *, settings: Settings, now: datetime) -> str: ...
 
+    def run_now(
+        self,
+        job: str,
+        namespace: str,
+        *,
+        settings: Settings,
+        now: datetime,
+        retry_quarantined: bool,
+    ) -> RunOutcome: ...
+
 
 class RunnerCalls:
-    """``secretary.jobs.runner`` bound to a store; ``run`` returns the outcome as one line."""
+    """``secretary.runner`` bound to a store; ``run`` returns the outcome as one line."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
     def namespaces(self) -> Sequence[str]:
-        from secretary.jobs.runner import namespaces_with_work
-
-        return namespaces_with_work(self._store)
+        return self._store.db.work.namespaces_with_work()
 
     def run(self, job: str, namespace: str, *, settings: Settings, now: datetime) -> str:
-        from secretary.jobs.runner import run_job
-
         outcome = run_job(self._store, settings, job, namespace, now=now)
         record = f" (record #{outcome.record_id})" if outcome.record_id is not None else ""
         message = f": {outcome.message}" if outcome.message else ""
         return f"{outcome.status}{record}{message}"
 
+    def run_now(
+        self,
+        job: str,
+        namespace: str,
+        *,
+        settings: Settings,
+        now: datetime,
+        retry_quarantined: bool,
+    ) -> RunOutcome:
+        return run_job(
+            self._store, settings, job, namespace, now=now, retry_quarantined=retry_quarantined
+        )
 
-class JobRunner:
+
+def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
+    """What a dream request stores of a run: job, namespace, status, record id, message."""
+    return {
+        "job": outcome.job,
+        "namespace": outcome.namespace,
+        "status": outcome.status,
+        "record_id": outcome.record_id,
+        "message": outcome.message,
+    }
+
+
+class Dispatcher:
     """Runs a firing of a job over every namespace with work, serialised per namespace."""
 
     def __init__(
@@ -133,6 +169,33 @@ class JobRunner:
                 self._firings -= 1
                 self._changed.notify_all()
 
+    def dream(self, request: DreamRequestView) -> list[dict[str, Any]] | None:
+        """Run a dream request: its jobs (default: all, in order) on its namespace (default:
+        each with work), each run holding its namespace like a firing. Return the outcomes, or
+        None if stopped before the end. Raise UnknownJob before anything runs.
+        """
+        names = list(request.jobs) or list(JOB_NAMES)
+        for name in names:
+            get_job(name)
+        with self._changed:
+            if self._stopping:
+                return None
+            self._firings += 1
+        try:
+            namespaces = [request.namespace] if request.namespace else self._calls.namespaces()
+            outcomes = []
+            for namespace in namespaces:
+                for job in names:
+                    with self._locks.hold(namespace) as held:
+                        if not held or self.stopping:
+                            return None
+                        outcomes.append(outcome_json(self._run_now(job, namespace, request)))
+            return outcomes
+        finally:
+            with self._changed:
+                self._firings -= 1
+                self._changed.notify_all()
+
     @property
     def stopping(self) -> bool:
         with self._changed:
@@ -157,7 +220,7 @@ class JobRunner:
     def _namespaces(self, job: str) -> Sequence[str]:
         try:
             return list(self._calls.namespaces())
-        except SQLAlchemyError as exc:
+        except DatabaseError as exc:
             logger.error("{}: cannot list the namespaces with work, skipping: {}", job, exc)
             return []
 
@@ -166,12 +229,35 @@ class JobRunner:
         try:
             summary = self._calls.run(job, namespace, settings=self.settings, now=self._clock())
             logger.info("{} on {!r}: {}", job, namespace, summary)
-        except (SecretaryError, SQLAlchemyError) as exc:
+        except (SecretaryError, DatabaseError) as exc:
             # The job boundary records failures itself; these escaped it (e.g. the database went
             # away before a record could be written). The other namespaces still get their turn.
             logger.error("{} on {!r} failed: {}", job, namespace, exc)
         finally:
             self._track(job, namespace, running=False)
+
+    def _run_now(self, job: str, namespace: str, request: DreamRequestView) -> RunOutcome:
+        self._track(job, namespace, running=True)
+        try:
+            outcome = self._calls.run_now(
+                job,
+                namespace,
+                settings=self.settings,
+                now=self._clock(),
+                retry_quarantined=request.retry_quarantined,
+            )
+        except (SecretaryError, DatabaseError) as exc:
+            # As for a firing: the job boundary records failures itself; these escaped it.
+            logger.error(
+                "{} on {!r} (dream request #{}) failed: {}", job, namespace, request.id, exc
+            )
+            return make_outcome(job, namespace, "failed", f"{type(exc).__name__}: {exc}")
+        finally:
+            self._track(job, namespace, running=False)
+        logger.info(
+            "{} on {!r} (dream request #{}): {}", job, namespace, request.id, outcome.status
+        )
+        return outcome
 
     def _track(self, job: str, namespace: str, *, running: bool) -> None:
         with self._changed:
@@ -185,3 +271,18 @@ class JobRunner:
 
 def _log_wait(namespace: str) -> None:
     logger.info("namespace {!r} is busy with another job: waiting for it", namespace)
+
+
+def in_process_dreamer(store: Store, settings: Settings) -> Dreamer:
+    """What `secretary serve` gives its API: run the dream requests in this process, through a
+    dispatcher of its own, while no daemon runs on the store."""
+    dispatcher = Dispatcher(RunnerCalls(store), settings=settings)
+    schedule = settings.schedule
+    return Dreamer(
+        jobs=JOB_NAMES,
+        run=dispatcher.dream,
+        stop=dispatcher.stop,
+        poll_seconds=schedule.poll_seconds,
+        lease_seconds=schedule.lease_seconds,
+        stop_timeout_seconds=schedule.stop_timeout_seconds,
+    )

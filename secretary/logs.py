@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from loguru import logger
+
+if TYPE_CHECKING:
+    from loguru import Record
 
 
 class _Intercept(logging.Handler):
@@ -20,16 +24,36 @@ class _Intercept(logging.Handler):
 
 
 def configure(level: str = "INFO", *, json: bool = False) -> None:
-    """Send every log line to stderr at ``level``; ``json=True`` writes one JSON object a line."""
+    """Send every log line to stderr at ``level``; ``json=True`` writes one JSON object a line.
+
+    Tracebacks are written only at DEBUG (or TRACE); above it a logged exception adds its
+    type and message to the line.
+    """
     logger.remove()
+    level = level.upper()
     logger.add(
         sys.stderr,
-        level=level.upper(),
+        level=level,
         serialize=json,
-        format="{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level:<7} {name}: {message}",
+        format=_format_with_traceback if level in {"DEBUG", "TRACE"} else _format_one_line,
         backtrace=False,
         diagnose=False,
     )
     logging.basicConfig(handlers=[_Intercept()], level=logging.WARNING, force=True)
     for noisy in ("chromadb", "httpx", "LiteLLM", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+_LINE = "{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level:<7} {name}: {message}"
+
+
+def _format_with_traceback(_record: Record) -> str:
+    return _LINE + "\n{exception}"
+
+
+def _format_one_line(record: Record) -> str:
+    exception = record["exception"]
+    if exception is None or exception.type is None:
+        return _LINE + "\n"
+    record["extra"]["_failure"] = f"{exception.type.__name__}: {exception.value}"
+    return _LINE + " ({extra[_failure]})\n"

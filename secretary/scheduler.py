@@ -1,9 +1,9 @@
-"""The daemon's schedule: one cron expression per job, overrides kept in the database, and the
-APScheduler 3 wrapper that fires the jobs.
+"""The daemon's schedule: the effective one (config plus the database's overrides), and the
+APScheduler 3 adapter that fires the jobs.
 
-Fire times are computed purely (a CronTrigger from data, ``now`` passed in); ``ScheduleBook`` is
-the only part that touches the database; ``JobScheduler`` keeps a running BackgroundScheduler in
-step with the effective schedule, so `secretary schedule set` takes effect without a restart.
+Cron arithmetic is ``secretary.cron``'s (pure); the overrides live in the store's schedule
+table (``store.schedules``); ``JobScheduler`` keeps a running BackgroundScheduler in step with
+the effective schedule, so `secretary schedule set` takes effect without a restart.
 """
 
 from __future__ import annotations
@@ -12,183 +12,27 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.cron import CronTrigger
 from loguru import logger
-from sqlalchemy import Engine, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from secretary.clock import utc_now
-from secretary.config import SCHEDULED_JOBS, ScheduleSettings
-from secretary.errors import SecretaryError
-from store.db import session_factory, transaction
-from store.models import ScheduleEntry
-
-# Cron numbers weekdays from Sunday (0 or 7); APScheduler 3 from Monday (its issue 286). Every
-# day-of-week field is translated to names, which mean the same in both.
-WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-SHORTCUTS = {
-    "@hourly": "0 * * * *",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@weekly": "0 0 * * 0",
-    "@monthly": "0 0 1 * *",
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-}
-CRON_HELP = (
-    'expected 5 fields "minute hour day-of-month month day-of-week" such as "0 3 * * *", '
-    "or @hourly, @daily, @weekly, @monthly"
+from secretary.config import ScheduleSettings
+from secretary.cron import (
+    InvalidCron,
+    InvalidSchedule,
+    cron_trigger,
+    missed_fire,
+    next_fire_times,
+    validate_cron,
+    zone,
 )
-
-
-class InvalidSchedule(SecretaryError):
-    """A cron expression, job name or time zone that cannot be scheduled."""
-
-    exit_code = 2
-
-
-class InvalidCron(InvalidSchedule):
-    def __init__(self, expression: str, reason: str) -> None:
-        super().__init__(f"invalid cron expression {expression!r}: {reason}")
-
-
-class UnknownJob(InvalidSchedule):
-    def __init__(self, job: str) -> None:
-        super().__init__(f"unknown job {job!r}: the scheduled jobs are {', '.join(SCHEDULED_JOBS)}")
-
-
-# -- cron expressions (pure) -------------------------------------------------------------------
-
-
-def zone(name: str) -> ZoneInfo:
-    """Given an IANA zone name, return the zone. Raise InvalidSchedule if it is unknown."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidSchedule(
-            f"unknown time zone {name!r} (expected an IANA name such as 'UTC' or 'Europe/Berlin')"
-        ) from None
-
-
-def check_job(job: str) -> str:
-    if job not in SCHEDULED_JOBS:
-        raise UnknownJob(job)
-    return job
-
-
-def _weekday(token: str, expression: str) -> int:
-    if token.isdigit() and int(token) <= 7:
-        return int(token)
-    if token.lower() in WEEKDAYS:
-        return WEEKDAYS.index(token.lower())
-    raise InvalidCron(expression, f"{token!r} is not a day of the week (0-7 or sun-sat)")
-
-
-def _weekday_names(field: str, expression: str) -> str:
-    """Given a cron day-of-week field (0 and 7 are Sunday), return it as APScheduler day names."""
-    if field == "*":
-        return field
-    days: set[int] = set()
-    for part in field.split(","):
-        span, slash, step_text = part.partition("/")
-        if slash and not (step_text.isdigit() and int(step_text) > 0):
-            raise InvalidCron(expression, f"{part!r} has a bad step")
-        if span == "*":
-            first, last = 0, 6
-        elif "-" in span:
-            start, _, end = span.partition("-")
-            first, last = _weekday(start, expression), _weekday(end, expression)
-            last = 7 if last == 0 and end.lower() == "sun" else last  # "fri-sun"
-            if first > last:
-                raise InvalidCron(expression, f"the range {span!r} runs backwards")
-        elif slash:
-            raise InvalidCron(expression, f"{part!r}: a step needs a range or *")
-        else:
-            first = last = _weekday(span, expression)
-        days.update(day % 7 for day in range(first, last + 1, int(step_text or 1)))
-    return ",".join(WEEKDAYS[day] for day in sorted(days))
-
-
-def cron_trigger(expression: str, timezone: ZoneInfo) -> CronTrigger:
-    """Given a crontab expression, return its trigger in ``timezone``. Raise InvalidCron if bad.
-
-    Days are read as cron reads them, except that restricting both the day of the month and
-    the day of the week is refused: cron fires when either matches, APScheduler when both do.
-    """
-    text = SHORTCUTS.get(expression.strip().lower(), expression)
-    fields = text.split()
-    if len(fields) != 5:
-        raise InvalidCron(expression, f"it has {len(fields)} field(s): {CRON_HELP}")
-    minute, hour, day, month, weekdays = fields
-    if not day.startswith("*") and not weekdays.startswith("*"):
-        raise InvalidCron(
-            expression,
-            "it restricts both the day of the month and the day of the week, which cron reads "
-            "as either and APScheduler as both; restrict only one",
-        )
-    try:
-        return CronTrigger(
-            minute=minute,
-            hour=hour,
-            day=day,
-            month=month,
-            day_of_week=_weekday_names(weekdays, expression),
-            timezone=timezone,
-        )
-    except ValueError as exc:
-        raise InvalidCron(expression, str(exc)) from None
-
-
-def validate_cron(expression: str) -> str:
-    """Return the expression with its spacing normalised. Raise InvalidCron if it is bad."""
-    normal = " ".join(expression.split())
-    cron_trigger(normal, ZoneInfo("UTC"))
-    return normal
-
-
-def next_fire_times(trigger: CronTrigger, now: datetime, count: int) -> list[datetime]:
-    """Given a trigger, return its next ``count`` fire times at or after ``now``."""
-    times: list[datetime] = []
-    previous: datetime | None = None
-    moment = now
-    while len(times) < count:
-        fire: datetime | None = trigger.get_next_fire_time(previous, moment)
-        if fire is None:
-            break
-        times.append(fire)
-        previous = moment = fire
-    return times
-
-
-def missed_fire(
-    trigger: CronTrigger, *, last_fired: datetime | None, now: datetime, grace: timedelta
-) -> datetime | None:
-    """Return a fire time in the last ``grace`` before ``now`` that came after ``last_fired``.
-
-    That is a run missed while no daemon was running; None if there is none, or if the job has
-    never fired (there is then no sign that a daemon was meant to be running).
-    """
-    if last_fired is None:
-        return None
-    start = max(now - grace, last_fired + timedelta(microseconds=1))
-    fire: datetime | None = trigger.get_next_fire_time(None, start)
-    return fire if fire is not None and fire < now else None
-
+from secretary.jobs.registry import JOB_NAMES, get_job
+from store.clock import utc_now
+from store.db import DatabaseError
+from store.schedules import Override, ScheduleTable
 
 # -- the effective schedule (pure) -------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Override:
-    """A job's row in ``schedule_entries``: a cron set with `schedule set` (None: the config's)."""
-
-    cron: str | None = None
-    paused: bool = False
-    last_fired_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +42,9 @@ class JobSchedule:
     source: Literal["config", "database"]
     paused: bool
     last_fired_at: datetime | None = None
+    # The last firing started and never finished: the daemon died while it ran.
+    interrupted: bool = False
+    next_fire_at: datetime | None = None  # as the running daemon published it
 
     @property
     def active(self) -> bool:
@@ -209,7 +56,7 @@ def effective_schedule(
 ) -> tuple[JobSchedule, ...]:
     """Given the config and the database's overrides, return what each job runs on."""
     out = []
-    for job in SCHEDULED_JOBS:
+    for job in JOB_NAMES:
         override = overrides.get(job, Override())
         out.append(
             JobSchedule(
@@ -218,6 +65,8 @@ def effective_schedule(
                 source="database" if override.cron is not None else "config",
                 paused=override.paused,
                 last_fired_at=override.last_fired_at,
+                interrupted=override.interrupted,
+                next_fire_at=override.next_fire_at,
             )
         )
     return tuple(out)
@@ -255,60 +104,36 @@ def plan_schedule(
     return tuple(out)
 
 
-# -- the schedule table ------------------------------------------------------------------------
+# -- changing the schedule ------------------------------------------------------------------
 
 
 class ScheduleBook:
-    """Reads and writes ``schedule_entries``, the overrides made with `secretary schedule`."""
+    """`secretary schedule`'s changes: validated, then stored in the store's schedule table."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._reads = session_factory(engine)
-        self._writes = session_factory(engine, write=True)
+    def __init__(self, table: ScheduleTable) -> None:
+        self.table = table
 
     def entries(self) -> dict[str, Override]:
-        with self._reads() as session:
-            rows = session.scalars(select(ScheduleEntry)).all()
-            return {
-                row.job: Override(cron=row.cron, paused=row.paused, last_fired_at=row.last_fired_at)
-                for row in rows
-            }
+        return self.table.overrides()
 
     def set_cron(self, job: str, cron: str, *, now: datetime) -> str:
         """Validate and store ``cron`` for ``job``; return it normalised. Raise InvalidSchedule."""
         check_job(job)
         normal = validate_cron(cron)
-        self._change(job, now, cron=normal)
+        self.table.set_cron(job, normal, now=now)
         return normal
 
     def reset(self, job: str, *, now: datetime) -> None:
         """Drop the stored cron of ``job``: the config file's applies again."""
-        self._change(check_job(job), now, cron=None)
+        self.table.set_cron(check_job(job), None, now=now)
 
     def set_paused(self, job: str, paused: bool, *, now: datetime) -> None:
-        self._change(check_job(job), now, paused=paused)
+        self.table.set_paused(check_job(job), paused, now=now)
 
-    def mark_fired(self, job: str, *, now: datetime) -> None:
-        self._change(job, now, last_fired_at=now, touch=False)
 
-    def _change(self, job: str, now: datetime, *, touch: bool = True, **values: Any) -> None:
-        # Two writers may both find no row (PostgreSQL); the loser's insert fails on the primary
-        # key and its second attempt updates the winner's row.
-        for attempt in (1, 2):
-            try:
-                with transaction(self._writes) as session:
-                    row = session.get(ScheduleEntry, job)
-                    if row is None:
-                        row = ScheduleEntry(job=job, cron=None, paused=False, updated_at=now)
-                        session.add(row)
-                    for name, value in values.items():
-                        setattr(row, name, value)
-                    if touch:
-                        row.updated_at = now
-                return
-            except IntegrityError:
-                if attempt == 2:
-                    raise
+def check_job(job: str) -> str:
+    """Return ``job`` if the registry knows it. Raise UnknownJob otherwise."""
+    return get_job(job).name
 
 
 # -- the running scheduler ---------------------------------------------------------------------
@@ -326,12 +151,12 @@ class JobScheduler:
     def __init__(
         self,
         *,
-        book: ScheduleBook,
+        table: ScheduleTable,
         settings: ScheduleSettings,
         fire: Callable[[str], None],
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self._book = book
+        self._table = table
         self._settings = settings
         self._fire = fire
         self._clock = clock
@@ -367,6 +192,11 @@ class JobScheduler:
         if found is None:
             return None
         when: datetime | None = found.next_run_time
+        now = self._clock()
+        if when is not None and when <= now:
+            # A run that ends quickly can ask before APScheduler has moved the job on from the
+            # time that fired it; the trigger knows the real next time.
+            when = found.trigger.get_next_fire_time(when, now)
         return when
 
     def refresh(
@@ -374,13 +204,13 @@ class JobScheduler:
     ) -> list[str]:
         """Apply the current schedule (new ``settings`` after a reload); return what changed.
 
-        Raise SQLAlchemyError if the overrides cannot be read (the caller retries later).
+        Raise DatabaseError if the overrides cannot be read (the caller retries later).
         """
         if settings is not None:
             self._settings = settings
         now = self._clock()
         changes = []
-        for entry in effective_schedule(self._settings, self._book.entries()):
+        for entry in effective_schedule(self._settings, self._table.overrides()):
             change = self._apply(entry, now=now, catch_up=catch_up)
             if change:
                 changes.append(change)
@@ -397,6 +227,7 @@ class JobScheduler:
             if self._scheduler.get_job(entry.job) is not None:
                 self._scheduler.remove_job(entry.job)
             self._applied[entry.job] = None
+            self._publish(entry.job)
             return f"{entry.job}: {'paused' if entry.paused else 'not scheduled'}"
         try:
             trigger = cron_trigger(entry.cron, zone(settings.timezone))
@@ -406,8 +237,15 @@ class JobScheduler:
             return ""
         grace = timedelta(seconds=settings.misfire_grace_seconds)
         extra: dict[str, Any] = {}
-        if catch_up and missed_fire(trigger, last_fired=entry.last_fired_at, now=now, grace=grace):
+        late = ""
+        if catch_up and _cut_short(entry, now=now, grace=grace):
             extra["next_run_time"] = now  # absent means "from the trigger"; None would pause it
+            late = " (its last firing was cut short: running it again now)"
+        elif catch_up and missed_fire(
+            trigger, last_fired=entry.last_fired_at, now=now, grace=grace
+        ):
+            extra["next_run_time"] = now
+            late = " (missed while stopped: running now)"
         self._scheduler.add_job(
             self._run,
             trigger=trigger,
@@ -421,13 +259,31 @@ class JobScheduler:
             **extra,
         )
         self._applied[entry.job] = key
-        late = " (missed while stopped: running now)" if extra else ""
+        self._publish(entry.job)
         return f"{entry.job}: {entry.cron} [{entry.source}]{late}"
 
     def _run(self, job: str) -> None:
+        """A firing: it counts as done only once every namespace's run has finished."""
         try:
-            self._book.mark_fired(job, now=self._clock())
-        except SQLAlchemyError as exc:
+            self._table.mark_fired(job, now=self._clock())
+        except DatabaseError as exc:
             # Only catch-up after a restart depends on it; the run itself goes ahead.
             logger.warning("could not record that {} fired: {}", job, exc)
         self._fire(job)
+        try:
+            self._table.mark_finished(job, now=self._clock(), next_fire_at=self.next_run_time(job))
+        except DatabaseError as exc:
+            logger.warning("could not record that {} finished: {}", job, exc)
+
+    def _publish(self, job: str) -> None:
+        """Write the job's next fire time where every process can read it (status, show)."""
+        try:
+            self._table.set_next_fire(job, self.next_run_time(job), now=self._clock())
+        except DatabaseError as exc:
+            logger.warning("could not record when {} fires next: {}", job, exc)
+
+
+def _cut_short(entry: JobSchedule, *, now: datetime, grace: timedelta) -> bool:
+    """Tell whether the job's last firing started within the grace time and never finished."""
+    started = entry.last_fired_at
+    return entry.interrupted and started is not None and now - started <= grace

@@ -1,8 +1,16 @@
-"""Errors of the store; each builds its own message."""
+"""Errors: the base every error of the product derives from, and the store's own.
+
+Each error builds its own message. The front ends turn any ``SecretaryError`` into a clean
+message and its ``exit_code`` (CLI) or an error response (API); anything else is a bug.
+"""
 
 from __future__ import annotations
 
-from secretary.errors import SecretaryError
+
+class SecretaryError(Exception):
+    """Base class: an error the CLI turns into a clean message and a non-zero exit code."""
+
+    exit_code = 1
 
 
 class StoreError(SecretaryError):
@@ -14,6 +22,45 @@ class SchemaError(StoreError):
         super().__init__(
             f"the database schema is at {current or 'nothing (empty database)'} but this version "
             f"needs {head}: run `secretary db upgrade`"
+        )
+
+
+class StoreMissing(SchemaError):
+    """The data directory or database holds no store: not initialised, or a mistyped path."""
+
+    def __init__(self, where: str) -> None:
+        StoreError.__init__(
+            self,
+            f"no store at {where}: create one with `secretary init`, or check --data-dir "
+            "(SECRETARY_DATA_DIR) or database.url (SECRETARY_DATABASE_URL)",
+        )
+
+
+class DatabaseUnavailable(StoreError):
+    """The database cannot be reached or opened; the message says why and what to do."""
+
+
+class UnsupportedDatabase(StoreError):
+    """The database URL names a database this product does not speak."""
+
+    exit_code = 2
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(
+            f"database URL {url!r} {reason}: use sqlite:///PATH or "
+            "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE "
+            "(database.url, SECRETARY_DATABASE_URL)"
+        )
+
+
+class UnknownNamespace(StoreError):
+    """A command named a namespace that holds nothing."""
+
+    def __init__(self, namespace: str, known: list[str]) -> None:
+        listed = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "") if known else "none"
+        super().__init__(
+            f"namespace {namespace!r} holds nothing (namespaces in this store: {listed}): "
+            "check --namespace (SECRETARY_NAMESPACE)"
         )
 
 
@@ -34,5 +81,28 @@ class NotFound(StoreError):
         super().__init__(f"{what} {ident} does not exist")
 
 
-class ConflictError(StoreError):
-    """A row changed since it was read (optimistic concurrency)."""
+class IdConflict(StoreError):
+    """Items name stored ids (external id, idempotency key, row id) with other content, or each
+    other's id with other content; nothing was written. ``problems`` as in ValidationFailed."""
+
+    exit_code = 4
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        shown = "; ".join(f"{where}: {what}" for where, what in problems[:20])
+        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
+        super().__init__(f"conflict, nothing written: {shown}{more}")
+
+
+class IndexBusy(StoreError):
+    """Another process kept writing the vector index; a rebuild asked for stays asked for."""
+
+    exit_code = 75  # EX_TEMPFAIL: worth trying later
+
+    def __init__(self, namespaces: list[str]) -> None:
+        names = ", ".join(repr(namespace) for namespace in namespaces)
+        super().__init__(
+            f"another process keeps writing the vector index (a daemon or `secretary serve`?): "
+            f"the rebuild of {names} is recorded, and that process or the next "
+            "`secretary index sync` completes it"
+        )

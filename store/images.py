@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Mapper
 
-from secretary.clock import parse_timestamp
+from store.clock import parse_timestamp
 from store.models import Memory, MemoryRelation
 
 # Fields that describe what a memory *is*; a change to any of them bumps `version` and means the

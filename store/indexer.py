@@ -1,17 +1,53 @@
-"""Applies the outbox to the vector index: idempotent, resumable, and checkable against SQL."""
+"""Applies the outbox to the vector index: idempotent, resumable, and checkable against SQL.
+
+A rebuild goes through SQL as well. ``request_rebuild`` writes one row per namespace
+(``store.rebuilds``) in one transaction before Chroma is touched; ``sync``, whoever calls it
+next (`secretary index rebuild` itself, `secretary index sync`, the API's index worker after a
+restart), fills a new collection of each such namespace a batch at a time and moves the row's
+cursor after each batch, while searches keep using the collection in place. Once the new
+collection is complete it replaces the old one and the row goes. Outbox entries of a namespace
+being rebuilt reach both collections, so neither misses a change made meanwhile; a rebuild cut
+short anywhere is resumed where its row says, and until it is done the row tells every reader
+that the namespace's vectors are incomplete.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from loguru import logger
 
-from store.models import MemoryStatus
-from store.repository import Repository
-from store.vector_index import IndexItem, VectorIndex
+from store.clock import utc_now
+from store.database import Database
+from store.errors import IndexBusy
+from store.index_status import IndexStatus
+from store.kinds import MemoryStatus
+from store.leases import Lease, LeaseHeld, holder_id
+from store.rebuilds import COPYING, RebuildMark
+from store.vector_index import LIVE, NEXT, IndexItem, VectorIndex
 
 Progress = Callable[[int], None]
+
+SYNC_LEASE = "index-sync"
+SYNC_LEASE_SECONDS = 300.0  # renewed after every batch
+SYNC_WAIT_SECONDS = 60.0  # how long a second writer waits for the first to finish
+
+
+def _take(lease: Lease, *, step: float = 0.2) -> bool:
+    """Take the lease, waiting (at most SYNC_WAIT_SECONDS) while another process holds it."""
+    deadline = time.monotonic() + SYNC_WAIT_SECONDS
+    while True:
+        try:
+            lease.acquire()
+            return True
+        except LeaseHeld:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(step)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,55 +66,207 @@ class Drift:
 
 @dataclass
 class Indexer:
-    repository: Repository
+    db: Database
     index: VectorIndex
     batch_size: int = 256
+    clock: Callable[[], datetime] = utc_now
+    # The health snapshot searches read: told when a rebuild is asked for or done, and given
+    # a chance to refresh itself after every batch of a long sync.
+    status: IndexStatus | None = None
     applied: int = field(default=0, init=False)
 
     def sync(self, *, limit: int | None = None, progress: Progress | None = None) -> int:
-        """Apply pending outbox entries in batches; return how many entries were applied.
+        """Finish the pending rebuilds, then apply pending outbox entries, in batches; return
+        how many memories were copied and entries applied.
 
         Each batch reads the memories' *current* rows, so an entry for a memory that changed
         again is applied at its newest state; an entry is removed only after Chroma has it, so
-        a crash anywhere repeats work but never loses it.
+        a crash anywhere repeats work but never loses it. One process writes the index at a
+        time (a lease in the database): an embedded Chroma is not safe to write from two
+        processes, and two writers would embed the same memories twice.
         """
+        if not self.db.work.outbox_size() and not self.db.rebuilds.pending():
+            return 0
+        with self._writing() as lease:
+            if lease is None:
+                logger.warning("another process keeps writing the vector index: not syncing now")
+                return 0
+            done = 0
+            for mark in self.db.rebuilds.pending().values():
+                if limit is not None and done >= limit:
+                    break
+                done += sum(self._rebuild(mark, self._left(limit, done), progress, lease))
+            if limit is None or done < limit:
+                done += self._drain(self._left(limit, done), progress, lease)
+        self.applied += done
+        return done
+
+    def request_rebuild(self, namespaces: Sequence[str]) -> None:
+        """Ask for a rebuild of these namespaces, in one transaction; one already asked for
+        is left as it is (it resumes). ``sync`` carries them out."""
+        totals = {namespace: self.db.memories.count(namespace) for namespace in namespaces}
+        added = self.db.rebuilds.request(totals, now=self.clock())
+        if added:
+            logger.info("vector index rebuild asked for: {}", ", ".join(added))
+        if self.status is not None:
+            self.status.refresh()
+
+    def rebuild(self, namespace: str, *, progress: Progress | None = None) -> int:
+        """Rebuild the namespace's vectors from SQL, asking for it first if nobody has; return
+        how many memories this call copied. Raise IndexBusy if another process writes the
+        index for longer than SYNC_WAIT_SECONDS (the rebuild stays asked for)."""
+        self.request_rebuild([namespace])
+        with self._writing() as lease:
+            if lease is None:
+                raise IndexBusy([namespace])
+            mark = self.db.rebuilds.get(namespace)
+            if mark is None:  # finished by another process while this one waited
+                return 0
+            copied, _ = self._rebuild(mark, None, progress, lease)
+            return copied
+
+    def pending_rebuilds(self) -> Mapping[str, RebuildMark]:
+        """Return namespace -> its unfinished rebuild."""
+        return self.db.rebuilds.pending()
+
+    def _rebuild(
+        self, mark: RebuildMark, limit: int | None, progress: Progress | None, lease: Lease
+    ) -> tuple[int, int]:
+        """Carry one namespace's rebuild on from its row: copy, then put the new collection in
+        place. Return (memories copied, outbox entries applied meanwhile)."""
+        namespace, copied, drained = mark.namespace, 0, 0
+        if mark.phase == COPYING:
+            after_id, so_far = self._resume(mark)
+            while True:
+                size = self.batch_size if limit is None else min(self.batch_size, limit - copied)
+                if size <= 0:
+                    return copied, drained  # the rest at the next sync
+                batch = self.db.memories.after(namespace, after_id, limit=size)
+                if not batch:
+                    break
+                items = [IndexItem.of(m) for m in batch]
+                self.index.upsert(namespace, items, slots=(NEXT,))
+                after_id, so_far = batch[-1].id, so_far + len(batch)
+                self.db.rebuilds.advance(
+                    namespace, after_id=after_id, copied=so_far, now=self.clock()
+                )
+                lease.renew()
+                copied += len(batch)
+                if progress is not None:
+                    progress(len(batch))
+                self._batch_done()
+                # Keep the collection in place current for searches while the new one fills.
+                drained += self._drain(self.batch_size, None, lease)
+            # Everything changed so far reaches the new collection before it takes over.
+            drained += self._drain(None, None, lease)
+            self.db.rebuilds.promoting(namespace, now=self.clock())
+        if not self.index.promote(namespace):
+            logger.warning(
+                "the rebuilt index of namespace {!r} is gone: the next sync copies it again",
+                namespace,
+            )
+            total = self.db.memories.count(namespace)
+            self.db.rebuilds.restart(namespace, total=total, now=self.clock())
+            return copied, drained
+        self.db.rebuilds.finish([namespace])
+        logger.info("vector index of namespace {!r} rebuilt", namespace)
+        if self.status is not None:
+            self.status.refresh()
+        return copied, drained
+
+    def _resume(self, mark: RebuildMark) -> tuple[int, int]:
+        """Open the collection the rebuild fills; return where copying goes on (after_id,
+        copied): from the row, or from the start if that collection was lost."""
+        found = self.index.prepare_next(mark.namespace)
+        if mark.after_id and not found:
+            logger.warning(
+                "the half-built index of namespace {!r} is gone: copying it again from the start",
+                mark.namespace,
+            )
+            total = self.db.memories.count(mark.namespace)
+            self.db.rebuilds.restart(mark.namespace, total=total, now=self.clock())
+            return 0, 0
+        if mark.after_id:
+            logger.info(
+                "resuming the rebuild of namespace {!r} after {} of {} memories",
+                mark.namespace,
+                mark.copied,
+                mark.total,
+            )
+        return mark.after_id, mark.copied
+
+    def _drain(self, limit: int | None, progress: Progress | None, lease: Lease) -> int:
+        """Apply outbox entries (all, or up to ``limit``); return how many were applied."""
         done = 0
         while limit is None or done < limit:
             size = self.batch_size if limit is None else min(self.batch_size, limit - done)
-            entries = self.repository.outbox(limit=size)
+            entries = self.db.work.outbox(limit=size)
             if not entries:
                 break
+            rebuilding = self.db.rebuilds.pending()  # asked for by anyone, up to this batch
             by_namespace: dict[str, list[int]] = {}
             for entry in entries:
                 by_namespace.setdefault(entry.namespace, []).append(entry.memory_id)
             for namespace, ids in by_namespace.items():
-                self._apply(namespace, ids)
-            self.repository.ack_outbox([entry.id for entry in entries])
+                self._apply(namespace, ids, self._slots(namespace, rebuilding))
+            self.db.writer.ack_outbox([entry.id for entry in entries])
+            lease.renew()
             done += len(entries)
             if progress is not None:
                 progress(len(entries))
-        self.applied += done
+            self._batch_done()
         return done
 
-    def _apply(self, namespace: str, ids: list[int]) -> None:
+    def _slots(self, namespace: str, rebuilding: Mapping[str, RebuildMark]) -> tuple[str, ...]:
+        """Where a change of the namespace goes: the live collection, and while a rebuild is
+        pending also the one it fills (once it exists: the copy reads SQL from the start).
+        The live one is skipped then if it is missing or unusable: it is being replaced."""
+        if namespace not in rebuilding:
+            return (LIVE,)
+        return tuple(slot for slot in (LIVE, NEXT) if self.index.writable(namespace, slot))
+
+    def _apply(self, namespace: str, ids: list[int], slots: Sequence[str] = (LIVE,)) -> None:
         """Make the index hold exactly the current active state of ``ids``."""
-        rows = self.repository.memories(namespace, ids)
+        rows = self.db.memories.many(namespace, ids)
         active = [row for row in rows if row.status == MemoryStatus.ACTIVE]
         gone = sorted(set(ids) - {row.id for row in active})
         if gone:
-            self.index.delete(namespace, gone)
+            self.index.delete(namespace, gone, slots=slots)
         if active:
             self.index.upsert(
                 namespace,
-                [
-                    IndexItem(memory_id=row.id, version=row.version, text=row.content)
-                    for row in active
-                ],
+                [IndexItem.of(row) for row in active],
+                slots=slots,
             )
+
+    @contextmanager
+    def _writing(self) -> Iterator[Lease | None]:
+        """Hold the index's write lease for the block; None if another process kept it."""
+        lease = Lease(
+            self.db.engine,
+            holder=holder_id(),
+            ttl=timedelta(seconds=SYNC_LEASE_SECONDS),
+            name=SYNC_LEASE,
+        )
+        if not _take(lease):
+            yield None
+            return
+        try:
+            yield lease
+        finally:
+            lease.release()
+
+    def _batch_done(self) -> None:
+        if self.status is not None:
+            self.status.current()  # reads SQL only if the snapshot went stale
+
+    @staticmethod
+    def _left(limit: int | None, done: int) -> int | None:
+        return None if limit is None else limit - done
 
     def verify(self, namespace: str) -> Drift:
         """Compare the index with SQL for one namespace."""
-        truth = self.repository.index_state(namespace)
+        truth = self.db.memories.index_state(namespace)
         held = self.index.versions(namespace)
         return Drift(
             namespace=namespace,
@@ -88,20 +276,9 @@ class Indexer:
         )
 
     def namespaces(self) -> list[str]:
-        """Namespaces known to SQL or to the index."""
-        return sorted(set(self.repository.namespaces()) | set(self.index.namespaces()))
-
-    def rebuild(self, namespace: str, *, progress: Progress | None = None) -> int:
-        """Re-create the namespace's vectors from SQL; return how many memories were indexed."""
-        logger.info("rebuilding the vector index of namespace {}", namespace)
-        self.index.drop(namespace)
-        ids = sorted(self.repository.index_state(namespace))
-        for start in range(0, len(ids), self.batch_size):
-            batch = ids[start : start + self.batch_size]
-            self._apply(namespace, batch)
-            if progress is not None:
-                progress(len(batch))
-        return len(ids)
+        """Namespaces known to SQL or to the index, and those with a rebuild pending."""
+        known = set(self.db.memories.namespaces()) | set(self.index.namespaces())
+        return sorted(known | set(self.db.rebuilds.pending()))
 
     def repair(self, drift: Drift) -> None:
         """Fix a drift found by ``verify`` without dropping the whole namespace."""

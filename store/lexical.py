@@ -1,18 +1,20 @@
-"""BM25 lexical index over one namespace's memories, and a per-namespace cache of it.
+"""BM25 lexical index over one namespace's memories: documents, the index and views of it.
 
-The index is derived: SQL is the truth and the caller loads the documents. Scoring is bm25s
-(Lucene BM25) over Snowball-stemmed English tokens; this module only tokenises, merges and
-normalises. Scores are divided by the query's best score, so the best hit is exactly 1.0.
+The index is derived: SQL is the truth and the caller loads the documents. Scoring is Lucene
+BM25 (``store.bm25``, bit for bit bm25s's) over Snowball-stemmed English tokens; this module
+tokenises, merges and normalises. Scores are divided by the query's best score, so the best hit
+is exactly 1.0.
 
-bm25s cannot add documents to a built index, so `LexicalCache` keeps a large *base* index and
-a small *tail* index over the memories added since, rebuilding the tail (cheap) on each write
-and the base only when the tail outgrows ``max_tail``.
+An index is immutable: its documents are columns of arrays (``store.lexical_columns``), which a
+saved index memory-maps (``store.lexical_files``), and two BM25 matrices over them, one of
+memories and one of whole sessions. A `LexicalView` searches a *base* index, minus the documents
+that changed since it was built, plus a small *tail* index of the memories added or changed
+since, as one corpus; ``store.lexical_cache`` keeps the views current and merges the tail into
+the base when it grows.
 
-A build reads its documents as a stream and tokenises them a chunk at a time into one flat
-array of term ids (`_Corpus`) over a vocabulary that both parts share. A server builds the
-index while it answers requests; a build that held every document's text and token list at
-once left Python's heap fragmented by the requests' objects and resident for good: serving
-100k memories took ~40 MB more (measured with the latency benchmark's server).
+A build reads its documents as a stream and tokenises them a chunk at a time into the columns:
+a server builds while it answers requests, and a build that held every document's text and
+token list at once left Python's heap fragmented and resident for good.
 """
 
 from __future__ import annotations
@@ -20,22 +22,26 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import math
 import threading
-from array import array
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from itertools import islice, pairwise
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from itertools import islice
 from typing import Any, Generic, TypeVar, cast
 
 import bm25s
 import numpy as np
 import numpy.typing as npt
 import Stemmer
-from bm25s.tokenization import Tokenized
 
-__all__ = ["LexDoc", "LexicalCache", "LexicalIndex", "LexicalView", "tokenize"]
+from store import bm25
+from store.lexical_columns import Columns, Ints
+from store.lexical_facets import FacetIndex, Mask, event_micros, facets_of
+from store.requests import SearchFilters
+
+__all__ = ["LexDoc", "LexicalIndex", "LexicalView", "tokenize"]
 
 # bm25s sets its own logger to DEBUG at import, which lets its per-build debug lines through
 # any root handler; only its warnings are of interest to us.
@@ -47,8 +53,13 @@ _TOKEN_PATTERN = r"(?u)\b\w\w+\b|\b\d\b"
 # turns it lifts evidence recall@10 from 0.58 to 0.63, as chat questions are mostly pronouns
 # and auxiliaries ("what did I tell you about my ...").
 _STOPWORDS = "en_plus"
-_DEFAULT_K1 = 1.5
-_DEFAULT_B = 0.75
+# Names what tokenize produces: a saved index made by another tokeniser is rebuilt.
+TOKENIZER = f"bm25s-{_STOPWORDS}-snowball-english-{_TOKEN_PATTERN}"
+# Chosen on one half of LoCoMo's conversations and scored on the other (bench/lexical_params):
+# a gentler length normalisation than the textbook 1.5 / 0.75 suits short memories and the
+# sessions' long documents alike. A saved index made with other values is rebuilt.
+DEFAULT_K1 = 0.9
+DEFAULT_B = 0.4
 _BUILD_CHUNK = 2000  # documents tokenised at a time by a build
 
 # PyStemmer objects keep internal state and must not be shared between threads.
@@ -59,11 +70,30 @@ K = TypeVar("K", int, str)
 
 @dataclass(frozen=True, kw_only=True)
 class LexDoc:
-    """One memory to index: ``text`` is indexed as given (the caller prefixes the date)."""
+    """One memory to index: ``text`` is indexed as given (the caller prefixes the date); the
+    rest is what a filter reads."""
 
     memory_id: int
     text: str
     session_key: str | None  # conversation session id; None = no session
+    version: int = 0
+    type: str = ""
+    event_time: datetime | None = None
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TokDoc:
+    """A document tokenised: a row of the columns, kept so a tail rebuilds without tokenising."""
+
+    memory_id: int
+    version: int
+    event_us: int
+    tokens: list[str]
+    facets: tuple[str, ...]
+    session_key: str | None
+    type: str
 
 
 def _stemmer() -> Stemmer.Stemmer:
@@ -89,6 +119,29 @@ def tokenize(texts: Sequence[str]) -> list[list[str]]:
     return cast(list[list[str]], tokens)
 
 
+def tokenise_docs(docs: Sequence[LexDoc]) -> list[TokDoc]:
+    """Tokenise documents (one tokenizer call for all of them)."""
+    tokens = tokenize([doc.text for doc in docs])
+    return [
+        TokDoc(
+            memory_id=doc.memory_id,
+            version=doc.version,
+            event_us=0 if doc.event_time is None else event_micros(doc.event_time),
+            tokens=doc_tokens,
+            facets=facets_of(doc.tags, doc.metadata),
+            session_key=doc.session_key,
+            type=doc.type,
+        )
+        for doc, doc_tokens in zip(docs, tokens, strict=True)
+    ]
+
+
+def _tokenise_stream(docs: Iterable[LexDoc]) -> Iterator[TokDoc]:
+    stream = iter(docs)
+    while chunk := list(islice(stream, _BUILD_CHUNK)):
+        yield from tokenise_docs(chunk)
+
+
 def release_free_memory() -> None:
     """Return the C heap's free pages to the OS (glibc's malloc_trim); elsewhere do nothing."""
     if _malloc_trim is not None:
@@ -104,50 +157,43 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 _malloc_trim = _find_malloc_trim()
 
 
-def _idf(df: int, n_docs: int) -> float:
-    # The Lucene IDF that bm25s's "lucene" method uses; needed to re-weight merged parts.
-    return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-
-
 class _Part(Generic[K]):
-    """One bm25s index over keyed documents (memories or whole sessions)."""
+    """One BM25 matrix of an index over keyed documents (memories or whole sessions)."""
 
-    def __init__(
-        self, keys: npt.NDArray[Any], terms: _Terms, vocab: dict[str, int], k1: float, b: float
-    ) -> None:
-        """Index document ``i`` = ``terms[i]`` under ``keys[i]``; ``vocab`` maps term -> id."""
+    def __init__(self, keys: npt.NDArray[Any], postings: bm25.Postings, vocab: dict[str, int]):
         self.keys: npt.NDArray[Any] = keys
         self.n_docs: int = len(keys)
-        self._bm25: bm25s.BM25 | None = None
-        self._vocab: dict[str, int] = {}
-        self._df: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        if terms.n_terms:  # bm25s fails on a corpus without a single token
-            self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
-            corpus = Tokenized(ids=terms, vocab=vocab)
-            self._bm25.index(corpus, create_empty_token=False, show_progress=False)
-            self._vocab = vocab
-            # Column pointers of bm25s's CSC score matrix: their differences are the DFs
-            # (0 for a term of the shared vocabulary that none of this part's documents has).
-            self._df = np.diff(self._bm25.scores["indptr"]).astype(np.int64)
+        self.postings = postings
+        self._vocab = vocab
+        self._indptr = postings.indptr
 
     def doc_freq(self, term: str) -> int:
         """Return how many of this part's documents contain ``term``."""
         term_id = self._vocab.get(term)
-        return 0 if term_id is None else int(self._df[term_id])
+        if term_id is None:
+            return 0
+        return int(self._indptr[term_id + 1] - self._indptr[term_id])
 
     def top_k(
-        self, weights: dict[str, float], k: int, among: frozenset[K] | None = None
+        self,
+        weights: dict[str, float],
+        k: int,
+        among: frozenset[K] | None = None,
+        scope: Scope | None = None,
     ) -> list[tuple[K, float]]:
         """Return up to ``k`` (key, score) pairs scoring above 0, best first.
 
-        ``weights`` maps each query term to a multiplier of its bm25s score (its count in
-        the query times any IDF correction); ``among``, if given, restricts the keys.
+        ``weights`` maps each query term to a multiplier of its BM25 score (its count in the
+        query times any IDF correction); ``among``, if given, restricts the keys and ``scope``
+        the documents.
         """
-        if self._bm25 is None or not weights:
+        if not weights or self.n_docs == 0:
             return []
-        total = self._scores(self._bm25, weights)
+        total = self._scores(weights)
         if among is not None:
             total[~np.isin(self.keys, np.asarray(list(among)))] = 0.0
+        if scope is not None:
+            scope.apply(total)
         hits = np.flatnonzero(total)  # in document order
         if hits.size > k:
             # Partition the hits only: numpy's partition is very slow on the many zeros.
@@ -160,41 +206,59 @@ class _Part(Generic[K]):
         hits = hits[np.lexsort((hits, -total[hits]))]
         return [(self.keys[i].item(), float(total[i])) for i in hits]
 
-    def _scores(self, bm25: bm25s.BM25, weights: dict[str, float]) -> npt.NDArray[np.float64]:
-        # One bm25s call per distinct weight: a lone index has all weights equal to the
-        # query term counts, so this is usually a single call.
+    def _scores(self, weights: dict[str, float]) -> npt.NDArray[np.float64]:
+        # One summation per distinct weight: a lone index has all weights equal to the query
+        # term counts, so this is usually a single one.
         by_weight: dict[float, list[int]] = {}
         for term, weight in weights.items():
             by_weight.setdefault(weight, []).append(self._vocab[term])
         total = np.zeros(self.n_docs, dtype=np.float64)
         for weight, term_ids in by_weight.items():
-            total += weight * bm25.get_scores_from_ids(term_ids)
+            total += weight * bm25.score(self.postings, term_ids)
         return total
 
 
+@dataclass(frozen=True)
+class Scope:
+    """Which documents of a part a search may return: not the ``dead`` positions, and only
+    those ``allowed`` (None: every one)."""
+
+    dead: Ints | None = None
+    allowed: Mask | None = None
+
+    def apply(self, total: npt.NDArray[np.float64]) -> None:
+        if self.allowed is not None:
+            total[~self.allowed] = 0.0
+        if self.dead is not None:
+            total[self.dead] = 0.0
+
+
 def _search_parts(
-    parts: Sequence[_Part[K]], terms: list[str], k: int, among: frozenset[K] | None = None
+    parts: Sequence[tuple[_Part[K], Scope | None]],
+    terms: list[str],
+    k: int,
+    among: frozenset[K] | None = None,
 ) -> dict[K, float]:
     """Score ``terms`` over disjoint parts as one corpus; return the normalised top ``k``.
 
     Each part's BM25 uses its own IDF and average length, so every term's score is re-weighted
     by IDF(all parts) / IDF(this part), which makes the parts' scores comparable. With one part
-    the weight is exactly 1.0, i.e. plain bm25s scores. A key found in several parts keeps its
+    the weight is exactly 1.0, i.e. plain BM25 scores. A key found in several parts keeps its
     best score.
     """
     if k <= 0 or not terms:
         return {}
     query_tf = Counter(terms)
-    n_all = sum(part.n_docs for part in parts)
-    df_all = {term: sum(part.doc_freq(term) for part in parts) for term in query_tf}
+    n_all = sum(part.n_docs for part, _ in parts)
+    df_all = {term: sum(part.doc_freq(term) for part, _ in parts) for term in query_tf}
     found: dict[K, float] = {}
-    for part in parts:
+    for part, scope in parts:
         weights = {
-            term: count * _idf(df_all[term], n_all) / _idf(part.doc_freq(term), part.n_docs)
+            term: count * bm25.idf(df_all[term], n_all) / bm25.idf(part.doc_freq(term), part.n_docs)
             for term, count in query_tf.items()
             if part.doc_freq(term) > 0
         }
-        for key, score in part.top_k(weights, k, among):
+        for key, score in part.top_k(weights, k, among, scope):
             found[key] = max(score, found.get(key, 0.0))
     return _normalise_top_k(found, k)
 
@@ -208,270 +272,131 @@ def _normalise_top_k(found: dict[K, float], k: int) -> dict[K, float]:
     return {key: score / best for key, score in ranked}
 
 
-class _Terms:
-    """Documents as slices of one flat term-id array; each document's list is made on demand.
-
-    What bm25s iterates over when it builds: one small list alive at a time, where a list of
-    lists would hold a Python int per token.
-    """
-
-    def __init__(self, term_ids: npt.NDArray[np.int32], lengths: npt.NDArray[np.int64]) -> None:
-        self._term_ids = term_ids
-        self._bounds = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
-        self.n_terms = int(self._bounds[-1])
-
-    def __len__(self) -> int:
-        return len(self._bounds) - 1
-
-    def __iter__(self) -> Iterator[list[int]]:
-        term_ids = self._term_ids
-        for first in range(0, len(self), 4096):  # bounds as Python ints, a block at a time
-            bounds = self._bounds[first : first + 4097].tolist()
-            for start, end in pairwise(bounds):
-                yield cast(list[int], term_ids[start:end].tolist())
-
-
-@dataclass(frozen=True, slots=True)
-class _TokDoc:
-    """A document already tokenised, kept so the tail can be rebuilt without re-tokenising."""
-
-    memory_id: int
-    session_key: str | None
-    tokens: list[str]
-
-
-def _tokenise_docs(docs: Sequence[LexDoc]) -> list[_TokDoc]:
-    tokens = tokenize([doc.text for doc in docs])
-    return [_TokDoc(d.memory_id, d.session_key, t) for d, t in zip(docs, tokens, strict=True)]
-
-
-def _tokenise_stream(docs: Iterable[LexDoc]) -> Iterator[_TokDoc]:
-    stream = iter(docs)
-    while chunk := list(islice(stream, _BUILD_CHUNK)):
-        yield from _tokenise_docs(chunk)
-
-
-class _Corpus:
-    """Tokenised documents gathered for one index: term ids over one shared vocabulary."""
-
-    def __init__(self, docs: Iterable[_TokDoc]) -> None:
-        self.vocab: dict[str, int] = {}
-        self.sessions: dict[str, int] = {}  # session key -> number, in order of first use
-        term_ids, lengths, memory_ids = array("i"), array("q"), array("q")
-        session_of = array("q")  # each document's session number; -1 = no session
-        vocab, sessions = self.vocab, self.sessions
-        for doc in docs:
-            term_ids.extend([vocab.setdefault(token, len(vocab)) for token in doc.tokens])
-            lengths.append(len(doc.tokens))
-            memory_ids.append(doc.memory_id)
-            key = doc.session_key
-            session_of.append(-1 if key is None else sessions.setdefault(key, len(sessions)))
-        self.term_ids = np.array(term_ids, dtype=np.int32)
-        self.lengths = np.array(lengths, dtype=np.int64)
-        self.memory_ids = np.array(memory_ids, dtype=np.int64)
-        self.session_of = np.array(session_of, dtype=np.int64)
-
-    def memory_terms(self) -> _Terms:
-        return _Terms(self.term_ids, self.lengths)
-
-    def session_terms(self) -> _Terms:
-        """One document per session: its memories' terms together, sessions in key order."""
-        of_token = np.repeat(self.session_of, self.lengths)
-        in_session = of_token >= 0
-        order = np.argsort(of_token[in_session], kind="stable")
-        counts = np.bincount(of_token[in_session], minlength=len(self.sessions))
-        return _Terms(self.term_ids[in_session][order], counts.astype(np.int64))
-
-
 class LexicalIndex:
-    """BM25 over one namespace's documents, immutable once built."""
+    """BM25 over one namespace's documents, immutable once built (or loaded)."""
 
-    def __init__(self, docs: Iterable[_TokDoc], *, k1: float, b: float) -> None:
-        """Use `build`; this takes documents already tokenised."""
-        corpus = _Corpus(docs)
-        ids = corpus.memory_ids
-        if np.unique(ids).size != ids.size:
-            raise ValueError("LexicalIndex: duplicate memory_id in documents")
-        self.max_memory_id: int | None = int(ids.max()) if ids.size else None
-        self.memory_part: _Part[int] = _Part(ids, corpus.memory_terms(), corpus.vocab, k1, b)
-        session_keys = np.array(list(corpus.sessions), dtype=str)
-        self.session_part: _Part[str] = _Part(
-            session_keys, corpus.session_terms(), corpus.vocab, k1, b
-        )
+    def __init__(
+        self,
+        columns: Columns,
+        memories: bm25.Postings,
+        sessions: bm25.Postings,
+        *,
+        k1: float,
+        b: float,
+    ) -> None:
+        """Use `build`, `from_columns` or ``store.lexical_files``: this takes the matrices."""
+        self.columns = columns
+        self.k1 = k1
+        self.b = b
+        self.vocab: dict[str, int] = {t: i for i, t in enumerate(columns.tokens.names)}
+        self.memory_part: _Part[int] = _Part(np.asarray(columns.keys), memories, self.vocab)
+        session_keys = np.array(columns.session.names, dtype=str)
+        self.session_part: _Part[str] = _Part(session_keys, sessions, self.vocab)
+        self.max_memory_id: int | None = int(columns.keys[-1]) if len(columns) else None
 
     @classmethod
     def build(
-        cls, docs: Iterable[LexDoc], *, k1: float = _DEFAULT_K1, b: float = _DEFAULT_B
+        cls, docs: Iterable[LexDoc], *, k1: float = DEFAULT_K1, b: float = DEFAULT_B
     ) -> LexicalIndex:
         """Index ``docs``, read as a stream. Raise ValueError if two share a memory_id."""
-        return cls(_tokenise_stream(docs), k1=k1, b=b)
+        return cls.from_columns(Columns.from_docs(_tokenise_stream(docs)), k1=k1, b=b)
+
+    @classmethod
+    def from_tokenised(
+        cls, docs: Iterable[TokDoc], *, k1: float = DEFAULT_K1, b: float = DEFAULT_B
+    ) -> LexicalIndex:
+        """Index documents already tokenised. Raise ValueError if two share a memory_id."""
+        return cls.from_columns(Columns.from_docs(docs), k1=k1, b=b)
+
+    @classmethod
+    def from_columns(
+        cls, columns: Columns, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B
+    ) -> LexicalIndex:
+        """Build both BM25 matrices over these columns."""
+        tokens, n_terms = columns.tokens, len(columns.tokens.names)
+        memories = bm25.build(tokens.codes, tokens.lengths, n_terms=n_terms, k1=k1, b=b)
+        # One document per session: its memories' terms together, in memory order.
+        of_token = np.repeat(columns.session.codes, tokens.lengths)
+        in_session = of_token >= 0
+        order = np.argsort(of_token[in_session], kind="stable")
+        counts = np.bincount(of_token[in_session], minlength=len(columns.session.names))
+        session_terms = np.asarray(tokens.codes)[in_session][order]
+        sessions = bm25.build(session_terms, counts.astype(np.int64), n_terms=n_terms, k1=k1, b=b)
+        return cls(columns, memories, sessions, k1=k1, b=b)
+
+    @cached_property
+    def facets(self) -> FacetIndex:
+        """The documents' filter facets, inverted (made on the first filtered search)."""
+        return FacetIndex(self.columns)
+
+    def position(self, memory_ids: Ints) -> Ints:
+        """Return the positions of these memory ids (all of which must be indexed)."""
+        out: Ints = np.searchsorted(self.columns.keys, memory_ids).astype(np.int64)
+        return out
 
     def search(self, query: str, k: int) -> dict[int, float]:
         """Return up to ``k`` memory_id -> score / best score, best first; {} if nothing matches."""
-        return _search_parts([self.memory_part], tokenize([query])[0], k)
+        return _search_parts([(self.memory_part, None)], tokenize([query])[0], k)
 
     def search_sessions(self, query: str, k: int) -> dict[str, float]:
         """Return up to ``k`` session_key -> normalised session-document score, best first."""
-        return _search_parts([self.session_part], tokenize([query])[0], k)
+        return _search_parts([(self.session_part, None)], tokenize([query])[0], k)
 
     def __len__(self) -> int:
         return self.memory_part.n_docs
 
 
 class LexicalView:
-    """A base index plus an optional tail of newer memories, searched as one corpus.
+    """A base index, minus its ``dead`` documents, plus an optional tail of newer ones, searched
+    as one corpus.
 
-    The tail must not repeat the base's memory_ids (`LexicalCache` ensures it).
-    Approximations, all gone once the base is rebuilt: each part keeps its own average
-    document length (the IDF is corrected to the union's); a session with memories in both
-    parts is scored as two session documents and keeps the better score, and counts twice
-    in the session IDF; memories removed since the base was built still score (the caller
-    filters inactive ids).
-    """
-
-    def __init__(self, base: LexicalIndex, tail: LexicalIndex | None = None) -> None:
-        self._indexes = [base] if tail is None or len(tail) == 0 else [base, tail]
-        self.tail_size = 0 if tail is None else len(tail)
-
-    def search(self, query: str, k: int, among: frozenset[int] | None = None) -> dict[int, float]:
-        """Like `LexicalIndex.search`, over base and tail; ``among`` restricts the memories."""
-        parts = [index.memory_part for index in self._indexes]
-        return _search_parts(parts, tokenize([query])[0], k, among)
-
-    def search_sessions(self, query: str, k: int) -> dict[str, float]:
-        """Like `LexicalIndex.search_sessions`, over base and tail."""
-        parts = [index.session_part for index in self._indexes]
-        return _search_parts(parts, tokenize([query])[0], k)
-
-    def __len__(self) -> int:
-        return sum(len(index) for index in self._indexes)
-
-
-@dataclass(frozen=True)
-class _State:
-    """What the cache holds for one namespace at one revision."""
-
-    revision: int
-    base: LexicalIndex
-    tail: tuple[_TokDoc, ...]
-    watermark: int  # highest memory_id in base or tail; -1 when both are empty
-    view: LexicalView
-
-
-class _Slot:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()  # one loader/builder per namespace at a time
-        self.state: _State | None = None
-
-
-class LexicalCache:
-    """Thread-safe cache of one LexicalIndex per namespace, keyed by the namespace's revision.
-
-    A changed revision costs one ``load_since`` and, if memories were added, a rebuild of the
-    small tail only. The base is rebuilt, synchronously inside `get` (searches of that
-    namespace wait for it), on first use, after `invalidate`, and when the tail would pass
-    ``max_tail`` documents. Removals and edits add no new ids, so they leave the index
-    stale: the caller filters inactive ids; call `invalidate` after an in-place text edit.
-    The tail is found by id (> highest id seen), so ids must grow in commit order (SQLite's
-    single writer guarantees it); a memory committed with a lower id shows up only after the
-    next base rebuild.
+    The tail must not repeat the live base's memory_ids (``store.lexical_cache`` ensures it).
+    Approximations, all gone once the base is rebuilt: each part keeps its own average document
+    length and dead documents still count in the base's statistics (the IDF is corrected to
+    the union's); a session with memories in both parts is scored as two session documents and
+    keeps the better score, and counts twice in the session IDF; the session documents of the
+    base still hold the words of its dead documents.
     """
 
     def __init__(
         self,
+        base: LexicalIndex,
+        tail: LexicalIndex | None = None,
         *,
-        max_tail: int = 2000,
-        max_namespaces: int = 64,
-        k1: float = _DEFAULT_K1,
-        b: float = _DEFAULT_B,
+        dead: Ints | None = None,
     ) -> None:
-        if max_tail < 0 or max_namespaces < 1:
-            raise ValueError("LexicalCache: need max_tail >= 0 and max_namespaces >= 1")
-        self._max_tail = max_tail
-        self._max_namespaces = max_namespaces
-        self._k1 = k1
-        self._b = b
-        self._lock = threading.Lock()  # guards _slots only; builds run under a slot's lock
-        self._slots: OrderedDict[str, _Slot] = OrderedDict()
+        self.base = base
+        self.tail = tail if tail is not None and len(tail) else None
+        self.dead = dead if dead is not None and dead.size else None
+        self._indexes = [base] if self.tail is None else [base, self.tail]
+        self.tail_size = 0 if self.tail is None else len(self.tail)
+        self.dead_count = 0 if self.dead is None else int(self.dead.size)
 
-    def get(
+    def search(
         self,
-        namespace: str,
-        revision: int,
-        load_all: Callable[[], Iterable[LexDoc]],
-        load_since: Callable[[int], Sequence[LexDoc]],
-    ) -> LexicalView:
-        """Return a view of ``namespace`` as of ``revision``, loading only what changed.
+        query: str,
+        k: int,
+        among: frozenset[int] | None = None,
+        filters: SearchFilters | None = None,
+    ) -> dict[int, float]:
+        """Like `LexicalIndex.search`, over base and tail; ``among`` restricts the memories,
+        and so do ``filters`` as far as the index holds them."""
+        parts = [
+            (
+                index.memory_part,
+                Scope(
+                    dead=self.dead if index is self.base else None,
+                    allowed=None if filters is None else index.facets.allowed(filters),
+                ),
+            )
+            for index in self._indexes
+        ]
+        return _search_parts(parts, tokenize([query])[0], k, among)
 
-        Read ``revision`` before (or in the same transaction as) the loaders' reads, so the
-        loaded rows are at least that new. ``load_all()`` may stream its docs (a build reads
-        them a chunk at a time); ``load_since(n)`` returns the docs with id > n.
-        """
-        slot = self._slot(namespace)
-        state = slot.state  # states are immutable; reading the reference needs no lock
-        if state is not None and state.revision == revision:
-            return state.view
-        with slot.lock:
-            state = slot.state  # another thread may have refreshed it meanwhile
-            if state is None or state.revision != revision:
-                state = self._refresh(state, revision, load_all, load_since)
-                slot.state = state
-            return state.view
-
-    @property
-    def capacity(self) -> int:
-        """How many namespaces the cache keeps (least recently used ones are dropped)."""
-        return self._max_namespaces
-
-    def invalidate(self, namespace: str) -> None:
-        """Forget ``namespace`` so its next `get` rebuilds the base from ``load_all``."""
-        with self._lock:
-            self._slots.pop(namespace, None)
+    def search_sessions(self, query: str, k: int) -> dict[str, float]:
+        """Like `LexicalIndex.search_sessions`, over base and tail."""
+        parts = [(index.session_part, None) for index in self._indexes]
+        return _search_parts(parts, tokenize([query])[0], k)
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._slots)
-
-    def _slot(self, namespace: str) -> _Slot:
-        with self._lock:
-            slot = self._slots.get(namespace)
-            if slot is None:
-                slot = self._slots[namespace] = _Slot()
-                while len(self._slots) > self._max_namespaces:
-                    self._slots.popitem(last=False)  # least recently used
-            else:
-                self._slots.move_to_end(namespace)
-            return slot
-
-    def _refresh(
-        self,
-        state: _State | None,
-        revision: int,
-        load_all: Callable[[], Iterable[LexDoc]],
-        load_since: Callable[[int], Sequence[LexDoc]],
-    ) -> _State:
-        if state is None:
-            return self._rebuild(revision, load_all)
-        # Filter too: a loader returning older ids would otherwise duplicate base documents.
-        fresh = [doc for doc in load_since(state.watermark) if doc.memory_id > state.watermark]
-        if not fresh:
-            return replace(state, revision=revision)  # removals or edits only: keep the index
-        tail = state.tail + tuple(_tokenise_docs(fresh))
-        if len(tail) > self._max_tail:
-            return self._rebuild(revision, load_all)
-        tail_index = LexicalIndex(tail, k1=self._k1, b=self._b)
-        return _State(
-            revision=revision,
-            base=state.base,
-            tail=tail,
-            watermark=max(state.watermark, *(doc.memory_id for doc in fresh)),
-            view=LexicalView(state.base, tail_index),
-        )
-
-    def _rebuild(self, revision: int, load_all: Callable[[], Iterable[LexDoc]]) -> _State:
-        base = LexicalIndex.build(load_all(), k1=self._k1, b=self._b)
-        # The build's garbage is freed now; give its pages back to the OS, which malloc
-        # would otherwise keep.
-        release_free_memory()
-        watermark = -1 if base.max_memory_id is None else base.max_memory_id
-        return _State(revision, base, (), watermark, LexicalView(base))
+        return sum(len(index) for index in self._indexes) - self.dead_count

@@ -6,31 +6,33 @@ timeline links, row versions) stays out of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from store.models import Memory
-
-if TYPE_CHECKING:
-    from store.search import Hit
+from store.search import Hit
+from store.views import MemoryView, NamespaceView, RelationView
 
 
-def memory_json(memory: Memory, *, detail: bool = False) -> dict[str, Any]:
-    """Given a memory row, return its public JSON dict; ``detail`` adds status and recall stats."""
+def memory_json(memory: MemoryView, *, detail: bool = False) -> dict[str, Any]:
+    """Given a memory, return its public JSON dict; ``detail`` adds status, what replaced it
+    and recall stats."""
     view: dict[str, Any] = {
         "id": memory.id,
         "external_id": memory.external_id,
         "content": memory.content,
         "type": memory.type,
-        "tags": list(memory.tags or ()),
+        "tags": list(memory.tags),
         "importance": memory.importance,
         "event_time": memory.event_time.isoformat(),
         "session_id": memory.session_id,
-        "metadata": dict(memory.metadata_ or {}),
+        "metadata": dict(memory.metadata),
     }
     if detail:
         view.update(
             namespace=memory.namespace,
             status=memory.status,
+            version=memory.version,  # send it back as If-Match to change only this version
+            # What took a superseded or merged memory's place (None for others).
+            replaced_by=memory.replaced_by_id,
             pinned=memory.pinned,
             source=memory.source,
             base_importance=memory.base_importance,
@@ -49,4 +51,29 @@ def hit_json(hit: Hit) -> dict[str, Any]:
         "score": hit.score,
         "breakdown": hit.breakdown.as_dict(),
         "via": hit.via,
+    }
+
+
+def relation_json(relation: RelationView) -> dict[str, Any]:
+    """Given a relation seen from one memory, return it with the memory at the other end."""
+    return {
+        "id": relation.id,
+        "direction": relation.direction,
+        "other_id": relation.other_id,
+        "other_type": relation.other_type,
+        "other_status": relation.other_status,
+        "other_content": relation.other_content,
+        "type": relation.type,
+        "strength": relation.strength,
+        "description": relation.description,
+        "created_at": relation.created_at.isoformat(),
+    }
+
+
+def namespace_json(view: NamespaceView) -> dict[str, Any]:
+    return {
+        "namespace": view.namespace,
+        "memories": view.memories,
+        "retired": view.retired,
+        "logs": view.logs,
     }

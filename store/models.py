@@ -1,12 +1,11 @@
 """SQLAlchemy models: SQL is the truth; Chroma and the lexical index are derived from these rows.
 
-Every write goes through ``store.repository``, which also writes the maintenance record and the
-index outbox in the same transaction.
+Every write goes through the one writer (``store.unit``), which also writes the maintenance
+record and the index outbox in the same transaction. The enums live in ``store.kinds``.
 """
 
 from __future__ import annotations
 
-import enum
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from store.kinds import MemoryStatus, MemoryType
 
 # SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets 64-bit ids.
 Id = BigInteger().with_variant(Integer(), "sqlite")
@@ -60,42 +61,14 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+# Ids that callers cache and records name are never handed out again, even after the row is
+# gone (undone, purged, forgotten): SQLite reuses the highest rowid without AUTOINCREMENT.
+# PostgreSQL's sequences never go back anyway. Records are never deleted once committed.
+NEVER_REUSED = {"sqlite_autoincrement": True}
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
-
-
-class MemoryStatus(enum.StrEnum):
-    ACTIVE = "active"
-    SUPERSEDED = "superseded"
-    MERGED = "merged"
-    ARCHIVED = "archived"
-
-
-class MemoryType(enum.StrEnum):
-    """Known types; the column accepts any short identifier so the set is extensible."""
-
-    EVENT = "event"
-    FACT = "fact"
-    PREFERENCE = "preference"
-    INTERACTION_SUMMARY = "interaction_summary"
-    TOOL_EXPERIENCE = "tool_experience"
-
-
-class RelationType(enum.StrEnum):
-    ASSOCIATIVE = "associative"
-    CAUSAL = "causal"
-    THEMATIC = "thematic"
-    TEMPORAL = "temporal"
-    CONTRADICTS = "contradicts"
-    DERIVED_FROM = "derived_from"
-
-
-class RecordStatus(enum.StrEnum):
-    PLANNED = "planned"
-    APPLIED = "applied"
-    FAILED = "failed"
-    REFUSED = "refused"
-    UNDONE = "undone"
 
 
 class Memory(Base):
@@ -134,6 +107,7 @@ class Memory(Base):
         Index("ix_memories_hash", "namespace", "content_hash"),
         Index("ix_memories_status", "namespace", "status"),
         Index("ix_memories_session", "namespace", "session_id"),
+        NEVER_REUSED,
     )
 
 
@@ -153,6 +127,7 @@ class MemoryRelation(Base):
         UniqueConstraint("source_id", "target_id", "type", name="uq_relations_edge"),
         Index("ix_relations_source", "source_id"),
         Index("ix_relations_target", "target_id"),
+        NEVER_REUSED,
     )
 
 
@@ -172,6 +147,7 @@ class ConversationLog(Base):
     __table_args__ = (
         UniqueConstraint("namespace", "idempotency_key", name="uq_logs_namespace_key"),
         Index("ix_logs_session", "namespace", "session_id", "timestamp"),
+        NEVER_REUSED,
     )
 
 
@@ -234,33 +210,60 @@ class IndexOutbox(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class IndexRebuild(Base):
+    """A vector index rebuild of one namespace that has not finished (``store.rebuilds``).
+
+    Written before the rebuild touches Chroma and deleted only once the new collection has
+    replaced the old one, so a rebuild cut short is never mistaken for a complete index.
+    """
+
+    __tablename__ = "index_rebuilds"
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(16))  # "copying" -> "promoting"
+    # Every active memory with an id up to this one is in the new collection.
+    after_id: Mapped[int] = mapped_column(BigInteger)
+    copied: Mapped[int] = mapped_column(BigInteger)
+    total: Mapped[int] = mapped_column(BigInteger)  # active memories when asked for (progress)
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class NamespaceState(Base):
-    """Per-namespace revision counter; its row lock also serialises timeline inserts."""
+    """Per-namespace revision counters; its row lock also serialises timeline inserts."""
 
     __tablename__ = "namespace_state"
 
     namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
-    revision: Mapped[int] = mapped_column(BigInteger, default=0)
+    revision: Mapped[int] = mapped_column(BigInteger, default=0)  # grows with every change
+    # Grows with a change an index that follows new ids would miss (``store.unit._rewrites``):
+    # a memory's text or filter field changed, its row went (undo, purge, forget), came back
+    # under its old id or became active again. Such an index then compares itself with SQL.
+    rewritten: Mapped[int] = mapped_column(BigInteger, default=0)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class JobState(Base):
-    """Watermarks and other small state of the daemon's jobs, per job and namespace."""
+    """Per job and namespace: the plan's state (watermarks) and the runs' health."""
 
     __tablename__ = "job_state"
 
     job: Mapped[str] = mapped_column(String(64), primary_key=True)
     namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # What plans start from and save with their changes (watermarks); approval compares it.
     state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # How the runs went: the last outcome, failures in a row, back-off, quarantined items.
+    health: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class DaemonLease(Base):
-    """Which daemon acts on this store: one row per lease, taken over only once it has expired."""
+    """A named lease: which daemon acts on this store ("daemon"), which process runs a job on a
+    namespace ("run:JOB:NAMESPACE"); taken over only once it has expired or its holder died."""
 
     __tablename__ = "daemon_leases"
 
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), primary_key=True)
     holder: Mapped[str] = mapped_column(String(256))  # host:pid:uuid
     acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -275,6 +278,34 @@ class ScheduleEntry(Base):
     # None: the config file's expression applies.
     cron: Mapped[str | None] = mapped_column(String(128))
     paused: Mapped[bool] = mapped_column(Boolean, default=False)
-    # When the daemon last started this job, so that a restart can catch up a missed run.
+    # When the daemon last started this job, so that a restart can catch up a missed run, and
+    # when that run finished: a start after the last finish is a firing cut short (a crash).
     last_fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The running daemon's next fire time for the job (None: not scheduled, or no daemon), so
+    # that every process can show it.
+    next_fire_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DreamRequest(Base):
+    """A request to dream now (`secretary dream`, POST /v1/dream) for the daemon to pick up."""
+
+    __tablename__ = "dream_requests"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    # None: every namespace with work; the jobs in their order unless ``jobs`` names some.
+    namespace: Mapped[str | None] = mapped_column(String(128))
+    jobs: Mapped[list[str]] = mapped_column(JSON, default=list)
+    retry_quarantined: Mapped[bool] = mapped_column(Boolean, default=False)
+    requested_by: Mapped[str] = mapped_column(String(256))
+    requested_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # "pending" -> "running" (picked up by ``picked_by``) -> "done" or "failed"
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    picked_by: Mapped[str | None] = mapped_column(String(256))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    outcomes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_dream_requests_status", "status", "id"),)

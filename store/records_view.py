@@ -1,50 +1,19 @@
-"""Reading maintenance records: finding them, one with its operations, and their JSON views."""
+"""The JSON shape of maintenance records, shared by the API and `secretary records --json`.
+
+``record_json`` and ``record_detail_json`` are the stored record as it is (the golden replay
+pins them); the ``summary`` and ``show`` shapes add what the operator reads at a glance.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
-
-from store.errors import NotFound
-from store.models import MaintenanceOperation, MaintenanceRecord
-from store.repository import Repository
+from store.changes import count_kinds, image_kind, ordered
+from store.views import OperationView, RecordView
 
 
-def find_records(
-    repository: Repository,
-    *,
-    namespaces: Sequence[str] | None = None,
-    job: str | None = None,
-    status: str | None = None,
-    limit: int = 50,
-) -> list[MaintenanceRecord]:
-    """Return records, newest first; ``namespaces=None`` means every namespace."""
-    query = select(MaintenanceRecord).order_by(MaintenanceRecord.id.desc()).limit(limit)
-    if namespaces is not None:
-        query = query.where(MaintenanceRecord.namespace.in_(list(namespaces)))
-    if job is not None:
-        query = query.where(MaintenanceRecord.job == job)
-    if status is not None:
-        query = query.where(MaintenanceRecord.status == status)
-    with repository.reading() as session:
-        return list(session.scalars(query))
-
-
-def get_record(
-    repository: Repository, record_id: int, *, namespaces: Sequence[str] | None = None
-) -> tuple[MaintenanceRecord, list[MaintenanceOperation]]:
-    """Return a record and its operations in order. Raise NotFound if it is missing or in
-    another namespace than ``namespaces`` (so that both look the same).
-    """
-    record, operations = repository.record(record_id)
-    if namespaces is not None and record.namespace not in namespaces:
-        raise NotFound("record", record_id)
-    return record, operations
-
-
-def record_json(record: MaintenanceRecord) -> dict[str, Any]:
+def record_json(record: RecordView) -> dict[str, Any]:
     return {
         "id": record.id,
         "job": record.job,
@@ -57,17 +26,15 @@ def record_json(record: MaintenanceRecord) -> dict[str, Any]:
     }
 
 
-def record_detail_json(
-    record: MaintenanceRecord, operations: Sequence[MaintenanceOperation]
-) -> dict[str, Any]:
+def record_detail_json(record: RecordView, operations: Sequence[OperationView]) -> dict[str, Any]:
     return {
         **record_json(record),
         "model": record.model,
-        "prompts": list(record.prompts or []),
+        "prompts": [dict(p) for p in record.prompts],
         "tokens_in": record.tokens_in,
         "tokens_out": record.tokens_out,
         "cost": record.cost,
-        "stats": dict(record.stats or {}),
+        "stats": dict(record.stats),
         "error": record.error,
         "operations": [
             {
@@ -80,4 +47,86 @@ def record_detail_json(
             }
             for op in sorted(operations, key=lambda o: o.seq)
         ],
+    }
+
+
+# -- what the operator reads: `records list` / `records show` and the records API ------------
+
+# Why a run changed less than it might have, by the stats key that says so.
+_REASONS = (
+    ("refused", "{}"),
+    ("stale", "stale plan: {}"),
+    ("stopped", "stopped early: {}"),
+    ("skipped", "LLM part skipped: {}"),
+)
+
+
+def run_reason(stats: Mapping[str, Any]) -> str | None:
+    """Return why a run was refused, stopped or skipped (or its plan rejected), if it was."""
+    said = [
+        template.format(stats[key])
+        for key, template in _REASONS
+        if isinstance(stats.get(key), str) and stats[key]
+    ]
+    if isinstance(stats.get("skipped"), list) and stats["skipped"]:  # a forced undo's conflicts
+        said.append(f"{len(stats['skipped'])} conflicting part(s) skipped")
+    if stats.get("rejected"):
+        said.append("plan rejected")
+    return "; ".join(said) or None
+
+
+def duration_seconds(record: RecordView) -> float | None:
+    if record.finished_at is None:
+        return None
+    return round((record.finished_at - record.started_at).total_seconds(), 3)
+
+
+def record_summary_json(record: RecordView, changes: Mapping[str, int]) -> dict[str, Any]:
+    """A record as `records list` shows it: ``record_json`` plus duration, changes by kind,
+    tokens, cost, error and reason."""
+    return {
+        **record_json(record),
+        "duration_seconds": duration_seconds(record),
+        "changes_by_kind": ordered(changes),
+        "tokens_in": record.tokens_in,
+        "tokens_out": record.tokens_out,
+        "cost": record.cost,
+        "error": record.error,
+        "reason": run_reason(record.stats),
+    }
+
+
+def dropped_items(stats: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Every item a run dropped, with why: invalid reply items, ids outside what was sent, and
+    changes that would have touched protected memories."""
+    items = [
+        {"item": str(entry.get("item", "")), "reason": str(entry.get("reason", ""))}
+        for entry in stats.get("dropped") or ()
+        if isinstance(entry, Mapping)
+    ]
+    items += [
+        {"item": f"#{memory_id}", "reason": "named by the reply but not sent to it"}
+        for memory_id in stats.get("dropped_ids") or ()
+    ]
+    protected = int(stats.get("dropped_protected") or 0)
+    if protected:
+        ids = ", ".join(f"#{i}" for i in stats.get("protected_ids") or ())
+        items.append(
+            {
+                "item": f"{protected} change(s)" + (f" touching {ids}" if ids else ""),
+                "reason": "protected memories (pinned, important or recently recalled)",
+            }
+        )
+    return items
+
+
+def record_show_json(record: RecordView, operations: Sequence[OperationView]) -> dict[str, Any]:
+    """A record as `records show` shows it: ``record_detail_json`` plus the summary's fields,
+    changes by kind from the images, the items dropped and why, and the quarantined ids."""
+    changes = count_kinds(image_kind(op.op, op.before, op.after) for op in operations)
+    return {
+        **record_detail_json(record, operations),
+        **record_summary_json(record, changes),
+        "dropped": dropped_items(record.stats),
+        "quarantined": [i for i in record.stats.get("quarantined") or () if isinstance(i, int)],
     }

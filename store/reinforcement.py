@@ -1,8 +1,9 @@
 """Reinforcement of recalled memories, batched off the request path.
 
 A search only counts the ids it returned (``Reinforcer.record``, O(1) per id under a lock); a
-background thread writes the counts with ``Repository.reinforce`` every ``flush_seconds``, so a
-burst of searches costs one UPDATE per distinct count instead of one transaction per request.
+background thread (the API's) writes the counts with ``Writer.reinforce`` every
+``flush_seconds``, so a burst of searches costs one UPDATE per distinct count instead of one
+transaction per request. A one-off search (the CLI's) is written when the store closes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from datetime import datetime
 from loguru import logger
 from sqlalchemy.exc import SQLAlchemyError
 
-from secretary.config import ReinforcementSettings
-from store.repository import Repository
+from store.settings import ReinforcementSettings
+from store.writer import Writer
 
 MAX_PENDING = 100_000  # distinct ids held in memory between flushes
 
@@ -41,12 +42,12 @@ class Reinforcer:
 
     def __init__(
         self,
-        repository: Repository,
+        writer: Writer,
         settings: ReinforcementSettings,
         *,
         max_pending: int = MAX_PENDING,
     ) -> None:
-        self._repository = repository
+        self._writer = writer
         self._settings = settings
         self._max_pending = max_pending
         self._pending: dict[int, int] = {}
@@ -99,7 +100,7 @@ class Reinforcer:
             if not counts or now is None:
                 return 0
             try:
-                self._repository.reinforce(
+                self._writer.reinforce(
                     counts,
                     now=now,
                     step=self._settings.importance_step,

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
-from secretary.config import RetrievalSettings
+from store.neighbours import TIMELINE_WEIGHT
+from store.settings import RetrievalSettings
 
 SECONDS_PER_DAY = 86_400.0
-# The timeline neighbours of a memory are as associated as the strongest relation.
-TIMELINE_WEIGHT = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,10 +147,31 @@ def period_part(moment: datetime, periods: Sequence[Period]) -> float:
     return 1.0 if any(moment in period for period in periods) else 0.0
 
 
-def top_ids(scores: Mapping[int, float], n: int) -> list[int]:
-    """Return the ``n`` best ids, best first; ties go to the lower id, so order is stable."""
-    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+def top_ids(
+    scores: Mapping[int, float], n: int, *, prefer: Container[int] = frozenset()
+) -> list[int]:
+    """Return the ``n`` best ids, best first; ties go to ``prefer``red ids, then the lower id,
+    so order is stable."""
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0] not in prefer, item[0]))
     return [memory_id for memory_id, _ in ranked[: max(0, n)]]
+
+
+K = TypeVar("K", int, str)
+
+
+def mix_scores(parts: Sequence[tuple[Mapping[K, float], float]], k: int) -> dict[K, float]:
+    """Return the ``k`` best keys by the weighted sum of their scores in ``parts`` (a key
+    missing from a part scores 0 there), divided by the best sum, best first. One part of
+    weight 1 comes back as it is."""
+    if len(parts) == 1 and parts[0][1] == 1.0:
+        return dict(parts[0][0])
+    total: dict[K, float] = {}
+    for scores, weight in parts:
+        for key, score in scores.items():
+            total[key] = total.get(key, 0.0) + weight * score
+    ranked = sorted(total.items(), key=lambda item: -item[1])[: max(0, k)]
+    best = ranked[0][1] if ranked else 0.0
+    return {key: score / best for key, score in ranked if score > 0} if best > 0 else {}
 
 
 # -- spreading activation ----------------------------------------------------------------------
@@ -158,19 +179,18 @@ def top_ids(scores: Mapping[int, float], n: int) -> list[int]:
 
 def links_of(
     memory_id: int,
-    prev_id: int | None,
-    next_id: int | None,
+    timeline: Iterable[int],
     relations: Iterable[tuple[int, int, float]],
 ) -> list[tuple[int, float]]:
     """Return (neighbour, weight) of one memory: timeline first, then relations, strongest first.
 
+    ``timeline`` are the prev/next neighbours it belongs together with (see `together`);
     ``relations`` are (source, target, strength) edges touching the memory in either
     direction; a neighbour reached twice keeps its strongest link.
     """
     best: dict[int, float] = {}
-    for neighbour in (prev_id, next_id):
-        if neighbour is not None:
-            best[neighbour] = TIMELINE_WEIGHT
+    for neighbour in timeline:
+        best[neighbour] = TIMELINE_WEIGHT
     for source, target, strength in relations:
         neighbour = target if source == memory_id else source
         if neighbour != memory_id:
@@ -213,6 +233,18 @@ def merge_activation(activation: dict[int, float], reached: Mapping[int, Spread]
     """Keep, per memory, the best activation seen over all hops (updates ``activation``)."""
     for memory_id, spread in reached.items():
         activation[memory_id] = max(activation.get(memory_id, 0.0), spread.value)
+
+
+def capped_activation(activation: float, rest: float, ceiling: float, w_act: float) -> float:
+    """Return the activation that keeps ``rest + w_act * activation`` at most ``ceiling``.
+
+    For a memory with no relevance of its own (reached by spreading only): its score may
+    not pass the lowest score of the anchors that have some, so association can add a
+    memory but never push a memory that matches the query out of the results.
+    """
+    if w_act <= 0 or rest + w_act * activation <= ceiling:
+        return activation
+    return max(0.0, (ceiling - rest) / w_act)
 
 
 # -- periods named in a query ------------------------------------------------------------------

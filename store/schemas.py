@@ -3,16 +3,38 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
-from secretary.clock import ensure_utc
+from store.clock import ensure_utc
+from store.errors import ValidationFailed
 
 TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
+
+
+# Text as the schema promises it: no NUL (PostgreSQL text cannot hold one) and, where text is
+# required, a character that is not blank (values are stripped before their length is checked).
+# The blanks are spelt out: each regex engine (pydantic's, the client's) has its own \s, and
+# these are exactly what str.strip() removes.
+_BLANK = r"\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+TEXT = r"^[^\x00]*$"
+NOT_BLANK = rf"^[^\x00]*[^\x00{_BLANK}][^\x00]*$"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +45,54 @@ class Limits:
     max_batch: int = 1000
     max_tags: int = 32
     max_tag_chars: int = 64
+    max_metadata_bytes: int = 16384
+
+
+def _timestamp_text(value: Any) -> Any:
+    # An ISO-8601 string only: pydantic would also read 0, 1.7e9 or "1700000000" as seconds
+    # since 1970, which the schema does not allow and a client rarely means.
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or _NUMBER.fullmatch(value):
+        raise ValueError("must be an ISO-8601 date-time string")
+    return value
+
+
+_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
+
+
+def _finite(value: Any, where: str = "metadata") -> Any:
+    """Return ``value``; raise ValueError naming the place of a NaN or an infinity in it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} holds {value}: numbers must be finite")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _finite(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _finite(item, f"{where}.{index}")
+    return value
+
+
+def _clean_tags(value: tuple[str, ...]) -> tuple[str, ...]:
+    cleaned = tuple(dict.fromkeys(tag.strip() for tag in value))
+    if any(not tag for tag in cleaned):
+        raise ValueError("tags must be non-empty strings")
+    return cleaned
+
+
+def _json_integer(value: Any) -> Any:
+    # JSON's integers, 7.0 included; not "7" or true, which pydantic would also take.
+    if isinstance(value, bool | str):
+        raise ValueError("must be an integer")
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_timestamp_text)]
+# The bounds before the validator, so that the OpenAPI document says minimum and maximum.
+Importance = Annotated[int, Field(ge=1, le=10), BeforeValidator(_json_integer)]
+Key = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NOT_BLANK)]
+Tag = Annotated[str, StringConstraints(min_length=1, pattern=NOT_BLANK)]
 
 
 class MemoryIn(BaseModel):
@@ -30,15 +100,15 @@ class MemoryIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
-    content: str = Field(min_length=1)
+    content: str = Field(min_length=1, pattern=NOT_BLANK)
     type: str = Field(default="event", pattern=TYPE_PATTERN)
-    timestamp: datetime | None = None
-    tags: tuple[str, ...] = ()
-    importance: int | None = Field(default=None, ge=1, le=10)
+    timestamp: Timestamp | None = None
+    tags: tuple[Tag, ...] = ()
+    importance: Importance | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    external_id: str | None = Field(default=None, min_length=1, max_length=256)
-    session_id: str | None = Field(default=None, min_length=1, max_length=256)
-    pinned: bool = False
+    external_id: Key | None = None
+    session_id: Key | None = None
+    pinned: StrictBool = False
 
     @field_validator("timestamp")
     @classmethod
@@ -48,10 +118,12 @@ class MemoryIn(BaseModel):
     @field_validator("tags")
     @classmethod
     def _tags(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        cleaned = tuple(dict.fromkeys(tag.strip() for tag in value))
-        if any(not tag for tag in cleaned):
-            raise ValueError("tags must be non-empty strings")
-        return cleaned
+        return _clean_tags(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _finite_metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return cast(dict[str, Any], _finite(value))
 
 
 class LogIn(BaseModel):
@@ -59,12 +131,12 @@ class LogIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
-    session_id: str = Field(min_length=1, max_length=256)
-    role: str = Field(min_length=1, max_length=32)
-    content: str = Field(min_length=1)
-    timestamp: datetime
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-    pair_id: str | None = Field(default=None, max_length=256)
+    session_id: Key
+    role: str = Field(min_length=1, max_length=32, pattern=NOT_BLANK)
+    content: str = Field(min_length=1, pattern=NOT_BLANK)
+    timestamp: Timestamp
+    idempotency_key: Key | None = None
+    pair_id: str | None = Field(default=None, max_length=256, pattern=TEXT)
 
     @field_validator("timestamp")
     @classmethod
@@ -84,21 +156,42 @@ class LogIn(BaseModel):
 
 
 def _limit_problems(item: MemoryIn | LogIn, limits: Limits) -> list[str]:
+    texts = [value for value in item.model_dump().values() if isinstance(value, str)]
+    if isinstance(item, MemoryIn):
+        return _size_problems(
+            limits, texts=texts, content=item.content, tags=item.tags, metadata=item.metadata
+        )
+    return _size_problems(limits, texts=texts, content=item.content)
+
+
+def _size_problems(
+    limits: Limits,
+    *,
+    texts: Sequence[str],
+    content: str | None,
+    tags: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> list[str]:
     problems = []
     # PostgreSQL text cannot hold NUL; refuse it everywhere so both backends agree.
-    texts = [value for value in item.model_dump().values() if isinstance(value, str)]
-    texts += list(getattr(item, "tags", ()))
-    if any("\x00" in text for text in texts):
+    if any("\x00" in text for text in (*texts, *(tags or ()))):
         problems.append("a text field contains a NUL character")
-    if len(item.content) > limits.max_content_chars:
+    if content is not None and len(content) > limits.max_content_chars:
         problems.append(
-            f"content has {len(item.content)} characters, more than the limit of "
+            f"content has {len(content)} characters, more than the limit of "
             f"{limits.max_content_chars} (ingest.max_content_chars)"
         )
-    if isinstance(item, MemoryIn):
-        if len(item.tags) > limits.max_tags:
-            problems.append(f"{len(item.tags)} tags, more than the limit of {limits.max_tags}")
-        long_tags = [tag for tag in item.tags if len(tag) > limits.max_tag_chars]
+    if metadata is not None:
+        size = len(json.dumps(metadata, ensure_ascii=False).encode())
+        if size > limits.max_metadata_bytes:
+            problems.append(
+                f"metadata takes {size} bytes as JSON, more than the limit of "
+                f"{limits.max_metadata_bytes} (ingest.max_metadata_bytes)"
+            )
+    if tags is not None:
+        if len(tags) > limits.max_tags:
+            problems.append(f"{len(tags)} tags, more than the limit of {limits.max_tags}")
+        long_tags = [tag for tag in tags if len(tag) > limits.max_tag_chars]
         if long_tags:
             problems.append(f"tag longer than {limits.max_tag_chars} characters: {long_tags[0]!r}")
     return problems
@@ -108,9 +201,12 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
     out = []
     for error in exc.errors():
         field = ".".join(str(part) for part in error["loc"])
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
-        out.append(f"{field}: {message}" if field else message)
+        out.append(f"{field}: {_message(error)}" if field else _message(error))
     return out
+
+
+def _message(error: Any) -> str:
+    return "unknown field" if error["type"] == "extra_forbidden" else str(error["msg"])
 
 
 Item = TypeVar("Item", MemoryIn, LogIn)
@@ -148,3 +244,73 @@ def parse_items(
         if not item_problems:
             parsed.append(item)
     return parsed, problems
+
+
+class MemoryPatch(BaseModel):
+    """What an edit may change (PATCH /v1/memories/{id}, `secretary memory edit`); a field left
+    out stays as it is. ``event_time`` moves the memory in the timeline."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        str_strip_whitespace=True,
+        json_schema_extra={"minProperties": 1},
+    )
+
+    content: str | None = Field(default=None, min_length=1, pattern=NOT_BLANK)
+    type: str | None = Field(default=None, pattern=TYPE_PATTERN)
+    tags: tuple[Tag, ...] | None = None
+    importance: Importance | None = None
+    metadata: dict[str, Any] | None = None
+    event_time: Timestamp | None = None
+    pinned: StrictBool | None = None
+
+    @field_validator("event_time")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else ensure_utc(value)
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if value is None else _clean_tags(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _finite_metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else cast(dict[str, Any], _finite(value))
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the caller gave (null counts as not given: no field may be emptied)."""
+        return self.model_dump(exclude_none=True)
+
+
+def parse_patch(raw: Any, limits: Limits) -> dict[str, Any]:
+    """Validate an edit; return the changes. Raise ValidationFailed naming each bad field."""
+    if not isinstance(raw, Mapping):
+        raise ValidationFailed([("body", "expected a JSON object")])
+    try:
+        patch = MemoryPatch.model_validate(raw)
+    except ValidationError as exc:
+        raise ValidationFailed(
+            [
+                (".".join(("body", *map(str, error["loc"]))), _message(error))
+                for error in exc.errors()
+            ]
+        ) from None
+    changes = patch.changes()
+    if not changes:
+        raise ValidationFailed([("body", "names no field to change")])
+    texts = [value for value in changes.values() if isinstance(value, str)]
+    problems = _size_problems(
+        limits,
+        texts=texts,
+        content=patch.content,
+        tags=patch.tags,
+        metadata=patch.metadata,
+    )
+    if problems:
+        raise ValidationFailed([("body", problem) for problem in problems])
+    if "tags" in changes:
+        changes["tags"] = list(changes["tags"])
+    return changes

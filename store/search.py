@@ -7,21 +7,25 @@ The scoring itself is pure (``store.retrieval``); this module only fetches the v
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
 from loguru import logger
 
-from secretary.config import RetrievalSettings
 from store.embedder import EmbedderError
-from store.lexical import LexDoc, LexicalCache, LexicalView
-from store.models import Memory
-from store.reads import Edge, LexicalRow, SearchRow
-from store.repository import Repository
+from store.lexical import LexicalView
+from store.lexical_cache import LexicalCache
+from store.lexical_source import SqlLexicalSource
+from store.neighbours import together
+from store.query_shape import QueryShape, shape_query
+from store.reads.memories import MemoryReads
+from store.reads.search import SearchReads, SearchRow
+from store.requests import SearchFilters, SearchRequest
 from store.retrieval import (
     Parts,
     Period,
@@ -29,11 +33,13 @@ from store.retrieval import (
     Terms,
     age_days,
     attenuate,
+    capped_activation,
     dense_parts,
     final_score,
     importance_factor,
     links_of,
     merge_activation,
+    mix_scores,
     parse_periods,
     period_part,
     recency_factor,
@@ -42,61 +48,19 @@ from store.retrieval import (
     spread_step,
     top_ids,
 )
+from store.settings import RetrievalSettings
 from store.vector_index import VectorHit, VectorIndex, VectorIndexError
+from store.views import Edge, MemoryView
 
 # Sessions scored per query; a session outside the best ones adds nothing to its memories.
 SESSION_CANDIDATES = 100
 # A filtered search first asks SQL which memories pass the filters; when at most this many may,
 # both indexes search only among them, so a rare match is found however far down it would
-# rank. More than this and the filters are not selective: the pools are widened instead.
+# rank. More than this and the indexes apply the filters themselves, to every document.
 FILTER_CANDIDATES = 5000
 # After the vector index fails, searches skip it (answering lexically, marked degraded) for
 # this long: an unreachable Chroma server would otherwise cost every search its timeout.
 VECTOR_RETRY_SECONDS = 30.0
-# Rows per read while the lexical index is (re)built from SQL.
-LEXICAL_PAGE = 5000
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchFilters:
-    """Restrictions a hit must meet; empty fields restrict nothing."""
-
-    types: tuple[str, ...] = ()  # memory type in this set
-    tags: tuple[str, ...] = ()  # memory has ALL of these tags
-    since: datetime | None = None  # event_time >= since
-    until: datetime | None = None  # event_time < until
-    # Exact whole-value equality; non-string values compare by their JSON text ("true", "3").
-    metadata: tuple[tuple[str, str], ...] = ()
-
-    def matches(self, row: SearchRow) -> bool:
-        """Tell whether the memory passes every filter."""
-        return (
-            (not self.types or row.type in self.types)
-            and all(tag in (row.tags or ()) for tag in self.tags)
-            and (self.since is None or row.event_time >= self.since)
-            and (self.until is None or row.event_time < self.until)
-            and all(metadata_equals(row.metadata or {}, key, value) for key, value in self.metadata)
-        )
-
-
-def metadata_equals(metadata: Mapping[str, Any], key: str, value: str) -> bool:
-    """Tell whether metadata[key] is exactly ``value`` (non-strings by their JSON text)."""
-    if key not in metadata:
-        return False
-    stored = metadata[key]
-    if isinstance(stored, str):
-        return stored == value
-    return json.dumps(stored, sort_keys=True, separators=(",", ":"), ensure_ascii=False) == value
-
-
-@dataclass(frozen=True, kw_only=True)
-class SearchRequest:
-    namespace: str
-    query: str
-    k: int = 10
-    filters: SearchFilters = field(default_factory=SearchFilters)
-    min_score: float | None = None  # None -> settings.min_score
-    reinforce: bool = True  # the caller acts on it; Searcher itself never writes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,8 +82,18 @@ class Breakdown:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Ranked:
+    """A memory's place in the ranking, before its row is read for the answer."""
+
+    memory_id: int
+    score: float
+    breakdown: Breakdown
+    via: str  # "anchor" (found by the indexes) or "spread" (added by association)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Hit:
-    memory: Memory
+    memory: MemoryView
     score: float
     breakdown: Breakdown
     via: str  # "anchor" (found by the indexes) or "spread" (added by association)
@@ -142,35 +116,38 @@ class Evidence:
 
 
 class MemorySource(Protocol):
-    """Where ranking reads memories and relations: SQL for searches, a snapshot in benchmarks.
-
-    Both reads of memories return active memories only.
-    """
+    """Where ranking reads memories and relations: SQL (``SearchReads``) for searches, a
+    snapshot in benchmarks. ``search_rows`` returns active memories only."""
 
     def search_rows(self, namespace: str, ids: Iterable[int]) -> Mapping[int, SearchRow]: ...
-
-    def active_memories(self, namespace: str, ids: Iterable[int]) -> Mapping[int, Memory]: ...
 
     def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]: ...
 
 
 class Searcher:
-    """Answers searches of one store; reads only."""
+    """Answers searches of one store; reads only (recording the recall is the caller's)."""
 
     def __init__(
         self,
         *,
-        repository: Repository,
+        reads: SearchReads,
+        memories: MemoryReads,
         index: Callable[[], VectorIndex],
         lexical: LexicalCache,
         settings: RetrievalSettings,
         monotonic: Callable[[], float] = time.monotonic,
+        notes: Callable[[str], tuple[str, ...]] | None = None,
     ) -> None:
-        self._repository = repository
+        self._reads = reads
+        self._memories = memories
         self._index = index
         self._lexical = lexical
+        self._lexical_source = SqlLexicalSource(reads)
         self.settings = settings
         self._monotonic = monotonic
+        # What is known about a namespace's vector side (a rebuild pending, a backlog): cached
+        # by the caller (store.index_status), so no SQL per search.
+        self._notes = notes or _no_notes
         self._vector_failure: tuple[float, str] | None = None  # (retry after, reason)
 
     def search(self, request: SearchRequest, *, now: datetime) -> SearchResult:
@@ -178,7 +155,15 @@ class Searcher:
         if request.k <= 0 or not request.query.strip():
             return SearchResult(hits=())
         evidence, degraded = self.evidence(request, now=now)
-        hits = rank(evidence, self._repository, request, self.settings, now=now)
+        degraded = (*degraded, *self._notes(request.namespace))
+        ranked = rank(evidence, self._reads, request, self.settings, now=now)
+        # A memory deactivated since it was ranked is left out, so a search may return fewer.
+        views = self._memories.active(request.namespace, [r.memory_id for r in ranked])
+        hits = tuple(
+            Hit(memory=views[r.memory_id], score=r.score, breakdown=r.breakdown, via=r.via)
+            for r in ranked
+            if r.memory_id in views
+        )
         return SearchResult(hits=hits, degraded=degraded)
 
     def evidence(
@@ -186,43 +171,43 @@ class Searcher:
     ) -> tuple[Evidence, tuple[str, ...]]:
         """Query both indexes; a failing vector index leaves lexical evidence and a reason."""
         config = settings or self.settings
+        shape = query_shape(request.query, config)
         among = self.passing(request)
-        widen = FILTERED_WIDENING if among is None and not _unfiltered(request.filters) else 1
+        broad = None if among is not None or request.filters.empty else request.filters
         view = self.lexical_view(request.namespace)
-        hits, degraded = self._vector_hits(request, config.dense_candidates * widen, among)
+        hits, degraded = self._vector_hits(request, shape, config.dense_candidates, among, broad)
         return (
             Evidence(
-                lexical=view.search(request.query, config.lexical_candidates * widen, among),
-                sessions=view.search_sessions(request.query, SESSION_CANDIDATES),
+                lexical=mix_scores(
+                    [
+                        (view.search(text, config.lexical_candidates, among, broad), weight)
+                        for text, weight in shape.lexical
+                    ],
+                    config.lexical_candidates,
+                ),
+                sessions=mix_scores(
+                    [
+                        (view.search_sessions(text, SESSION_CANDIDATES), weight)
+                        for text, weight in shape.lexical
+                    ],
+                    SESSION_CANDIDATES,
+                ),
                 hits=hits,
-                periods=parse_periods(request.query, now),
+                periods=parse_periods(shape.focus, now),
             ),
             degraded,
         )
 
     def lexical_view(self, namespace: str) -> LexicalView:
-        """Return the namespace's BM25 index, refreshed to the current revision."""
-        revision = self._repository.revision(namespace)  # read before the loaders, as required
-
-        def load_all() -> Iterator[LexDoc]:  # a page at a time: see store.lexical
-            after_id = 0
-            while rows := self._repository.lexical_rows(
-                namespace, after_id=after_id, limit=LEXICAL_PAGE
-            ):
-                yield from lexical_docs(rows)
-                after_id = rows[-1].memory_id
-
-        def load_since(after_id: int) -> list[LexDoc]:
-            return lexical_docs(self._repository.lexical_rows(namespace, after_id=after_id))
-
-        return self._lexical.get(namespace, revision, load_all, load_since)
+        """Return the namespace's BM25 index, brought up to the namespace's current revision."""
+        return self._lexical.get(namespace, self._lexical_source)
 
     def passing(self, request: SearchRequest) -> frozenset[int] | None:
         """Return the memories that pass the request's filters, if filtered and few enough."""
         filters = request.filters
-        if _unfiltered(filters):
+        if filters.empty:
             return None
-        rows = self._repository.filtered_rows(
+        rows = self._reads.filtered_rows(
             request.namespace,
             types=filters.types,
             since=filters.since,
@@ -233,15 +218,26 @@ class Searcher:
         return None if rows is None else frozenset(row.id for row in rows if filters.matches(row))
 
     def _vector_hits(
-        self, request: SearchRequest, n: int, among: frozenset[int] | None
+        self,
+        request: SearchRequest,
+        shape: QueryShape,
+        n: int,
+        among: frozenset[int] | None,
+        broad: SearchFilters | None = None,
     ) -> tuple[list[VectorHit], tuple[str, ...]]:
-        """Return the nearest memories, or none and why, skipping an index that just failed."""
+        """Return the nearest memories, or none and why, skipping an index that just failed.
+
+        ``broad`` filters are applied by the index, or after it by a wider pool (an older
+        collection whose vectors do not carry what filters read)."""
         failure = self._vector_failure
         if failure is not None and self._monotonic() < failure[0]:
             return [], (f"vector index unavailable: {failure[1]}",)
         try:
             index = self._index()
-            hits = index.query(request.namespace, index.embed_query(request.query), n, among)
+            if broad is not None and not index.filterable(request.namespace):
+                n *= FILTERED_WIDENING
+            vector = query_vector(shape, index.embed_query)
+            hits = index.query(request.namespace, vector, n, among, broad)
         except (VectorIndexError, EmbedderError) as exc:
             logger.warning(
                 "vector index unavailable, searching lexically only for {:.0f} s: {}",
@@ -254,29 +250,35 @@ class Searcher:
         return hits, ()
 
 
-# Filters that many memories pass are applied after retrieval, so such a search looks further
-# down both lists.
+def _no_notes(_namespace: str) -> tuple[str, ...]:
+    return ()
+
+
+# A collection made before vectors carried what filters read cannot filter: a broad filter is
+# applied after retrieval, so such a search looks further down its list.
 FILTERED_WIDENING = 4
 
-
-def _unfiltered(filters: SearchFilters) -> bool:
-    return filters == SearchFilters()
+Vector = npt.NDArray[np.float32]
 
 
-def lexical_docs(rows: Sequence[LexicalRow]) -> list[LexDoc]:
-    """Turn rows into BM25 documents: the date in words first, so "May 2023" matches."""
-    return [
-        LexDoc(
-            memory_id=row.memory_id,
-            text=f"{_spoken_date(row.event_time)} {row.content}",
-            session_key=row.session_id,
-        )
-        for row in rows
-    ]
+def query_shape(query: str, settings: RetrievalSettings) -> QueryShape:
+    """Return how ``query`` is searched under ``settings`` (see ``store.query_shape``)."""
+    return shape_query(
+        query, focus_lexical=settings.chat_focus_lexical, focus_dense=settings.chat_focus_dense
+    )
 
 
-def _spoken_date(moment: datetime) -> str:
-    return f"{moment.day} {moment:%B} {moment.year}"
+def query_vector(shape: QueryShape, embed: Callable[[str], Vector]) -> Vector:
+    """Return the query vector: one embedding, or the weighted mix of a chat's two, unit length.
+
+    The cosine of a memory with the mix is the same mix of its cosines with the parts.
+    """
+    if len(shape.dense) == 1:
+        return embed(shape.dense[0][0])
+    mixed = sum(weight * embed(text) for text, weight in shape.dense)
+    vector = np.asarray(mixed, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
 
 
 # -- ranking -----------------------------------------------------------------------------------
@@ -289,11 +291,10 @@ def rank(
     settings: RetrievalSettings,
     *,
     now: datetime,
-) -> tuple[Hit, ...]:
+) -> tuple[Ranked, ...]:
     """Rank the evidence: anchors by relevance, then memories added by spreading, then cut.
 
-    Reads rows and relations from ``source``; everything else is pure. A memory deactivated
-    between the first read and the last is dropped, so a search may return fewer than k.
+    Reads rows and relations from ``source``; everything else is pure.
     """
     namespace, filters = request.namespace, request.filters
     dense = dense_parts((hit.memory_id, hit.similarity) for hit in evidence.hits)
@@ -311,21 +312,40 @@ def rank(
         mid: _breakdown(row, parts[mid], activation.get(mid, 0.0), settings, now)
         for mid, row in rows.items()
     }
+    relevant = {mid for mid, b in breakdowns.items() if b.relevance > 0}
+    _cap_unrelated(breakdowns, relevant & set(anchors), rows, parts, settings, now)
     threshold = settings.min_score if request.min_score is None else request.min_score
     kept = {mid: b.score for mid, b in breakdowns.items() if b.score >= threshold}
-    best = top_ids(kept, request.k)
-    memories = source.active_memories(namespace, best)
     anchor_set = set(anchors)
     return tuple(
-        Hit(
-            memory=memories[mid],
+        Ranked(
+            memory_id=mid,
             score=breakdowns[mid].score,
             breakdown=breakdowns[mid],
             via="anchor" if mid in anchor_set else "spread",
         )
-        for mid in best
-        if mid in memories
+        for mid in top_ids(kept, request.k, prefer=relevant)
     )
+
+
+def _cap_unrelated(
+    breakdowns: dict[int, Breakdown],
+    anchors: Iterable[int],
+    rows: Mapping[int, SearchRow],
+    parts: Mapping[int, Parts],
+    settings: RetrievalSettings,
+    now: datetime,
+) -> None:
+    """Keep each memory with no relevance of its own at most as high as the lowest anchor with
+    some (ties go to the anchor): spreading adds it below what the query matched."""
+    ceiling = min((breakdowns[mid].score for mid in anchors), default=None)
+    if ceiling is None:
+        return
+    for mid, b in breakdowns.items():
+        if b.relevance <= 0 and b.score > ceiling:
+            rest = b.score - settings.w_act * b.activation
+            capped = capped_activation(b.activation, rest, ceiling, settings.w_act)
+            breakdowns[mid] = _breakdown(rows[mid], parts[mid], capped, settings, now)
 
 
 def _usable(rows: Mapping[int, SearchRow], filters: SearchFilters) -> dict[int, SearchRow]:
@@ -351,18 +371,19 @@ def _spread(
     """Spread activation from the seeds over timeline and relations, adding what it reaches.
 
     ``rows`` gains every active, matching memory reached; the result is memory_id ->
-    activation. Each hop reads the new memories' rows (their timeline links) and relations.
+    activation. Each hop reads the frontier's relations and its neighbours' rows (their
+    sessions and times decide whether timeline neighbours belong together).
     """
     activation: dict[int, float] = {}
+    seen: dict[int, SearchRow] = dict(rows)  # every usable row read, reached or not
     frontier = {mid: Spread(value=value, origin=mid) for mid, value in seeds.items()}
     for hop in range(settings.spread_depth):
         if not frontier or settings.spread_fanout == 0:
             break
-        links = _links(frontier, rows, source, request.namespace)
+        links = _links(frontier, seen, source, request, settings)
         reached = spread_step(frontier, links, fanout=settings.spread_fanout)
-        new = [mid for mid in reached if mid not in rows]
-        rows.update(_usable(source.search_rows(request.namespace, new), request.filters))
-        reached = {mid: spread for mid, spread in reached.items() if mid in rows}
+        reached = {mid: spread for mid, spread in reached.items() if mid in seen}
+        rows.update((mid, seen[mid]) for mid in reached)
         merge_activation(activation, reached)
         if hop + 1 < settings.spread_depth:
             frontier = attenuate(reached, settings.spread_decay)
@@ -371,17 +392,37 @@ def _spread(
 
 def _links(
     frontier: Mapping[int, Spread],
-    rows: Mapping[int, SearchRow],
+    seen: dict[int, SearchRow],
     source: MemorySource,
-    namespace: str,
+    request: SearchRequest,
+    settings: RetrievalSettings,
 ) -> dict[int, list[tuple[int, float]]]:
+    """Return each frontier memory's links; ``seen`` gains the usable rows of its neighbours."""
     ids = sorted(frontier)
     relations: dict[int, list[tuple[int, int, float]]] = {mid: [] for mid in ids}
-    for edge in source.edges(namespace, ids):
+    for edge in source.edges(request.namespace, ids):
         for end in (edge.source_id, edge.target_id):
             if end in relations:
                 relations[end].append((edge.source_id, edge.target_id, edge.strength))
-    return {mid: links_of(mid, rows[mid].prev_id, rows[mid].next_id, relations[mid]) for mid in ids}
+    ends = {end for edges in relations.values() for edge in edges for end in edge[:2]}
+    ends.update(n for mid in ids for n in (seen[mid].prev_id, seen[mid].next_id) if n is not None)
+    new = [mid for mid in sorted(ends) if mid not in seen]
+    seen.update(_usable(source.search_rows(request.namespace, new), request.filters))
+    return {mid: links_of(mid, _timeline(seen[mid], seen, settings), relations[mid]) for mid in ids}
+
+
+def _timeline(
+    row: SearchRow, seen: Mapping[int, SearchRow], settings: RetrievalSettings
+) -> list[int]:
+    """Return the prev/next neighbours of ``row`` that belong together with it."""
+    window = settings.timeline_window_minutes
+    return [
+        n
+        for n in (row.prev_id, row.next_id)
+        if n is not None
+        and n in seen
+        and together(row.session_id, row.event_time, seen[n].session_id, seen[n].event_time, window)
+    ]
 
 
 def _breakdown(

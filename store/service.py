@@ -1,47 +1,59 @@
 """The memory store as one object: SQL, the vector index, the lexical cache, search and recall.
 
-The CLI, the API and the benchmarks all go through ``Store``; it only wires parts together.
+The CLI, the API, the daemon's jobs and the benchmarks all go through ``Store``; it wires the
+parts together (opened lazily) and holds the few use cases every front end shares: validated
+ingestion, a search that counts as a recall, and a person's edits, deletes and forgets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
 from loguru import logger
 
-from secretary.config import Settings
+from store import edits
+from store.conflicts import OnConflict
+from store.database import Database
 from store.db import check_schema, make_engine, upgrade
-from store.embedder import Embedder, make_embedder
+from store.embedder import Embedder, EmbedderError, make_embedder
 from store.errors import ValidationFailed
+from store.forget import ForgetSelection
+from store.index_status import IndexStatus
 from store.indexer import Indexer
-from store.lexical import LexicalCache
-from store.repository import AddResult, Repository
-from store.schemas import Limits, LogIn, MemoryIn, parse_items
-from store.search import Searcher
-from store.vector_index import VectorIndex
+from store.lexical_cache import LexicalCache
+from store.lexical_source import SqlLexicalSource
+from store.reinforcement import Reinforcer
+from store.requests import SearchRequest
+from store.schemas import Limits, LogIn, MemoryIn, parse_items, parse_patch
+from store.search import Searcher, SearchResult
+from store.settings import StoreSettings
+from store.vector_index import VectorIndex, VectorIndexError
+from store.writer import AddResult
 
 
 class Store:
     """Given settings, open the store's parts lazily; ``close()`` flushes what is pending."""
 
-    def __init__(self, settings: Settings, *, embedder: Embedder | None = None) -> None:
+    def __init__(self, settings: StoreSettings, *, embedder: Embedder | None = None) -> None:
         self.settings = settings
         self.engine = make_engine(settings.database_url)
-        self.repository = Repository(self.engine)
+        self.db = Database(self.engine)
         self._embedder = embedder
-        self.lexical = LexicalCache()
+        self.lexical = LexicalCache(settings.lexical_path, max_tail=settings.lexical.max_tail)
         self.limits = Limits(
             max_content_chars=settings.ingest.max_content_chars,
             max_batch=settings.ingest.max_batch,
             max_tags=settings.ingest.max_tags,
             max_tag_chars=settings.ingest.max_tag_chars,
+            max_metadata_bytes=settings.ingest.max_metadata_bytes,
         )
 
     @classmethod
-    def open(cls, settings: Settings, *, create: bool = False, **kwargs: Any) -> Store:
+    def open(cls, settings: StoreSettings, *, create: bool = False, **kwargs: Any) -> Store:
         """Open the store; ``create=True`` creates or upgrades the schema, else it must be new."""
         store = cls(settings, **kwargs)
         if create:
@@ -74,32 +86,81 @@ class Store:
     @cached_property
     def searcher(self) -> Searcher:
         return Searcher(
-            repository=self.repository,
+            reads=self.db.search,
+            memories=self.db.memories,
             index=lambda: self.index,
             lexical=self.lexical,
             settings=self.settings.retrieval,
+            notes=self.index_status.notes,
         )
 
     @cached_property
     def indexer(self) -> Indexer:
         return Indexer(
-            repository=self.repository, index=self.index, batch_size=self.settings.index.batch_size
+            db=self.db,
+            index=self.index,
+            batch_size=self.settings.index.batch_size,
+            status=self.index_status,
         )
+
+    @cached_property
+    def index_status(self) -> IndexStatus:
+        """What is known about the vector index (reachable, rebuilding, behind), cached for
+        searches and /healthz; it opens the index only when the index worker checks it."""
+        return IndexStatus(
+            rebuilds=self.db.rebuilds, reads=self.db.indexing, index=lambda: self.index
+        )
+
+    def sync_index(self) -> int:
+        """What the API's index worker runs: finish pending rebuilds and apply the outbox
+        (``Indexer.sync``), then check the index's health; return the work done. Raise what
+        the sync raised, after recording a vector index failure."""
+        try:
+            applied = self.indexer.sync()
+        except (VectorIndexError, EmbedderError) as exc:
+            self.index_status.failed(exc)
+            raise
+        if applied:
+            self.index_status.reached()
+        self.index_status.check()
+        return applied
+
+    @cached_property
+    def reinforcer(self) -> Reinforcer:
+        """Recalls waiting to be written: a background thread flushes them (the API starts
+        it), and ``close()`` writes what is left."""
+        return Reinforcer(self.db.writer, self.settings.reinforcement)
 
     def warm_up(self, namespace: str) -> None:
         """Load what a first search of ``namespace`` needs: the model, BM25, the collection.
 
-        Raise VectorIndexError or EmbedderError if the vector side cannot be loaded (BM25 is
-        built first, so it is warm either way).
+        BM25 is loaded in a second thread meanwhile (both mostly wait on files or run outside
+        the GIL). Raise VectorIndexError or EmbedderError if the vector side cannot be loaded,
+        once BM25 is warm.
         """
-        self.searcher.lexical_view(namespace)
-        self.index.query(namespace, self.index.embed_query(namespace), 1)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="warm-lexical") as lexical:
+            loaded = lexical.submit(self.searcher.lexical_view, namespace)
+            try:
+                self.index.query(namespace, self.index.embed_query(namespace), 1)
+            finally:
+                loaded.result()
 
     def warm_namespaces(self) -> list[str]:
         """The namespaces a warm-up loads: as many as the lexical cache holds, largest first."""
-        return self.repository.largest_namespaces(self.lexical.capacity)
+        return self.db.memories.largest_namespaces(self.lexical.capacity)
 
-    # -- writes --------------------------------------------------------------------------------
+    # -- the use cases every front end shares ------------------------------------------------
+
+    def search(self, request: SearchRequest, *, now: datetime) -> SearchResult:
+        """Search; unless ``request.reinforce`` is off, what was found counts as a recall.
+
+        Raise VectorIndexError only when the vector side fails in a way search cannot degrade
+        around (it normally answers lexically and says so in ``degraded``).
+        """
+        result = self.searcher.search(request, now=now)
+        if request.reinforce and result.hits:
+            self.reinforcer.record((hit.memory.id for hit in result.hits), now)
+        return result
 
     def add_memories(
         self,
@@ -109,12 +170,17 @@ class Store:
         now: datetime,
         source: str = "api",
         labels: Sequence[str] | None = None,
+        on_conflict: OnConflict = "error",
     ) -> AddResult:
-        """Validate and insert memories; raise ValidationFailed, writing nothing, on a bad item."""
+        """Validate and insert memories; raise ValidationFailed, writing nothing, on a bad item,
+        and IdConflict on an item naming a stored memory with other content (unless
+        ``on_conflict`` is "update")."""
         items, problems = parse_items(MemoryIn, raw_items, self.limits, labels=labels)
         if problems:
             raise ValidationFailed(problems)
-        return self.repository.add_memories(namespace, items, now=now, source=source)
+        return self.db.writer.add_memories(
+            namespace, items, now=now, source=source, on_conflict=on_conflict, labels=labels
+        )
 
     def add_logs(
         self,
@@ -123,15 +189,74 @@ class Store:
         *,
         now: datetime,
         labels: Sequence[str] | None = None,
+        on_conflict: OnConflict = "error",
     ) -> AddResult:
+        """Like add_memories, for conversation log lines."""
         items, problems = parse_items(LogIn, raw_items, self.limits, labels=labels)
         if problems:
             raise ValidationFailed(problems)
-        return self.repository.add_logs(namespace, items, now=now)
+        return self.db.writer.add_logs(
+            namespace, items, now=now, on_conflict=on_conflict, labels=labels
+        )
+
+    def edit(
+        self,
+        namespace: str,
+        memory_id: int,
+        raw_changes: Mapping[str, Any],
+        *,
+        now: datetime,
+        expected_version: int | None = None,
+        by: str | None = None,
+    ) -> edits.Edited:
+        """Validate and apply a person's edit of a memory (see store.edits.edit)."""
+        changes = parse_patch(raw_changes, self.limits)
+        return edits.edit(
+            self.db.writer,
+            namespace,
+            memory_id,
+            changes,
+            now=now,
+            expected_version=expected_version,
+            by=by,
+        )
+
+    def delete(
+        self,
+        namespace: str,
+        memory_id: int,
+        *,
+        now: datetime,
+        expected_version: int | None = None,
+        by: str | None = None,
+    ) -> edits.Edited:
+        """Delete a memory: a tombstone, undoable (see store.edits.delete)."""
+        return edits.delete(
+            self.db.writer, namespace, memory_id, now=now, expected_version=expected_version, by=by
+        )
+
+    def forget(
+        self,
+        namespace: str,
+        selection: ForgetSelection,
+        *,
+        now: datetime,
+        by: str | None = None,
+        dry_run: bool = False,
+    ) -> edits.ForgetResult:
+        """Erase memories everywhere, irreversibly (see store.forget): this process's lexical
+        index and the saved ones drop them at once, other processes' at their next search."""
+        result = edits.forget(self.db.writer, namespace, selection, now=now, by=by, dry_run=dry_run)
+        if not dry_run:
+            self.lexical.erase(namespace, SqlLexicalSource(self.db.search))
+        return result
 
     def close(self) -> None:
-        """Release the vector index client (if it was opened) and the database connections."""
+        """Write pending recalls, release the vector index client (if it was opened) and the
+        database connections."""
         logger.debug("closing the store")
-        if "index" in self.__dict__:  # the cached property was opened
+        if "reinforcer" in self.__dict__:  # the cached property was made
+            self.reinforcer.close()
+        if "index" in self.__dict__:
             self.index.close()
         self.engine.dispose()

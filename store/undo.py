@@ -1,15 +1,15 @@
 """Maintenance records: undoing one, as a record of its own.
 
 An undo walks the record's operations in reverse and writes every before image back in one
-transaction, through a restoring ChangeSet: versions are restored rather than bumped, and the
-vector index follows through the outbox. The undo record names what it undid (``undoes_id``);
+transaction, through a restoring unit of work (``Writer.unit(..., restoring=True)``): versions
+are restored rather than bumped, and the vector index follows through the outbox. The undo
+record names what it undid (``undoes_id``);
 the undone record points back (``undone_by_id``) and gets status "undone". Undoing an undo puts
 the original back in force, so the original may be undone again later.
 
 Recall statistics (access_count, last_accessed, base_importance) are neither compared nor
 restored on rows that still exist: a recall after a record is not a change to what it did, and
-undo must not forget that the memory was recalled. Conflict checks live in store.undo_conflicts;
-reading records in store.records_view (re-exported here).
+undo must not forget that the memory was recalled. Conflict checks live in store.undo_conflicts.
 """
 
 from __future__ import annotations
@@ -22,51 +22,24 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from store.changeset import ChangeSet
+from store.apply import set_importance
+from store.db import session_factory
 from store.errors import NotFound, StoreError
 from store.images import memory_values, relation_values
-from store.models import (
-    MaintenanceOperation,
-    MaintenanceRecord,
-    Memory,
-    MemoryRelation,
-    RecordStatus,
-)
-from store.records_view import find_records, get_record, record_detail_json, record_json
-from store.repository import Repository
+from store.kinds import RecordStatus
+from store.models import MaintenanceOperation, MaintenanceRecord, Memory, MemoryRelation
 from store.undo_conflicts import (
     LINK_FIELDS,
     RECALL_FIELDS,
     Action,
     Conflict,
-    FieldDiff,
-    Snapshot,
     UndoStep,
     find_conflicts,
     read_snapshot,
     strip_recall,
 )
-
-__all__ = [
-    "AlreadyUndone",
-    "Conflict",
-    "FieldDiff",
-    "NothingToUndo",
-    "Snapshot",
-    "UndoConflict",
-    "UndoPlan",
-    "UndoResult",
-    "UndoStep",
-    "find_conflicts",
-    "find_records",
-    "get_record",
-    "plan_undo",
-    "record_detail_json",
-    "record_json",
-    "steps_of",
-    "undo",
-]
-
+from store.unit import UnitOfWork
+from store.writer import Writer
 
 # -- errors ------------------------------------------------------------------------------------
 
@@ -84,6 +57,14 @@ class AlreadyUndone(StoreError):
 class NothingToUndo(StoreError):
     def __init__(self, record_id: int, status: str) -> None:
         super().__init__(f"record {record_id} ({status}) changed nothing that undo could restore")
+
+
+class ForgetIsFinal(StoreError):
+    def __init__(self, record_id: int) -> None:
+        super().__init__(
+            f"record {record_id} is a forget: it erased the content by design, so nothing can"
+            " bring it back (this is what an erasure request asks for)"
+        )
 
 
 class UndoConflict(StoreError):
@@ -167,6 +148,8 @@ def _load(session: Session, record_id: int) -> tuple[MaintenanceRecord, UndoPlan
         raise NotFound("record", record_id)
     if record.undone_by_id is not None:
         raise AlreadyUndone(record_id, record.undone_by_id)
+    if record.job == "forget":
+        raise ForgetIsFinal(record_id)
     operations = session.scalars(
         select(MaintenanceOperation).where(MaintenanceOperation.record_id == record_id)
     ).all()
@@ -184,38 +167,37 @@ def _load(session: Session, record_id: int) -> tuple[MaintenanceRecord, UndoPlan
     return record, plan
 
 
-def plan_undo(repository: Repository, record_id: int) -> UndoPlan:
+def plan_undo(writer: Writer, record_id: int) -> UndoPlan:
     """Return what undoing the record would restore, and what conflicts; write nothing."""
-    with repository.reading() as session:
+    with session_factory(writer.engine)() as session:
         return _load(session, record_id)[1]
 
 
 # -- applying ----------------------------------------------------------------------------------
 
 
-def undo(
-    repository: Repository, record_id: int, *, now: datetime, force: bool = False
-) -> UndoResult:
+def undo(writer: Writer, record_id: int, *, now: datetime, force: bool = False) -> UndoResult:
     """Undo a record in one transaction, as a record of job "undo"; return that record.
 
     Raise UndoConflict (writing nothing) if rows changed since the record, unless ``force``:
     then the parts that do not conflict are applied and the undo record's stats list the rest.
     """
-    with repository.reading() as session:
+    with session_factory(writer.engine)() as session:
         record = session.get(MaintenanceRecord, record_id)
         if record is None:
             raise NotFound("record", record_id)
         namespace = record.namespace
-    with repository.changing(namespace, "undo", now, restoring=True) as (session, changes):
+    with writer.unit(namespace, "undo", now, restoring=True) as unit:
         # Planned again inside the transaction, under the namespace lock: nothing can change
         # between the conflict check and the writes.
+        session = unit.session
         record, plan = _load(session, record_id)
         if plan.conflicts and not force:
             raise UndoConflict(record_id, plan.conflicts, forced=False)
         if not plan.applicable:
             raise UndoConflict(record_id, plan.conflicts, forced=True)
-        _Restorer(session=session, changes=changes).run(plan.applicable)
-        undo_record = changes.record
+        _Restorer(unit).run(plan.applicable)
+        undo_record = unit.record
         undo_record.undoes_id = record_id
         undo_record.stats = {
             "undoes": record_id,
@@ -257,12 +239,12 @@ def _mark_undone(session: Session, record: MaintenanceRecord, *, by: Maintenance
         undone, undoer = following, back
 
 
-@dataclass
 class _Restorer:
     """Writes the steps in an order that every immediate foreign key check accepts."""
 
-    session: Session
-    changes: ChangeSet
+    def __init__(self, unit: UnitOfWork) -> None:
+        self.session = unit.session
+        self.changes = unit
 
     def run(self, steps: Sequence[UndoStep]) -> None:
         def picked(kind: str, action: Action) -> list[UndoStep]:
@@ -305,7 +287,9 @@ class _Restorer:
         assert memory is not None  # the plan checked it exists, under the namespace lock
         self.changes.touch(memory)
         for name, value in memory_values(step.image or {}).items():
-            if name not in RECALL_FIELDS and name != "id":
+            if name == "importance":
+                set_importance(memory, value)  # the recall boost stays, as recalls do
+            elif name not in RECALL_FIELDS and name != "id":
                 setattr(memory, name, value)
 
     def _recreate_relation(self, step: UndoStep) -> None:

@@ -120,6 +120,8 @@ class Snapshot:
 
 def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
     """Compare the row as it is now with the record's after image (recall statistics aside)."""
+    if any(image is not None and image.get("forgotten") for image in (step.image, step.expected)):
+        return Conflict(kind=step.kind, target_id=step.target_id, reason="forgotten since")
     if step.expected is None:
         if current is None:
             return None

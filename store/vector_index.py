@@ -4,6 +4,10 @@ Each memory is one vector, the embedding of its text, stored under the id ``str(
 with the SQL row's version as metadata. Everything here can be rebuilt from SQL; ``versions()``
 lets a caller find what drifted.
 
+A rebuild fills a second collection of the namespace (slot ``NEXT``) while searches keep using
+the one in place (``LIVE``), then ``promote()`` puts the new one in its place by renaming; the
+indexer (``store.indexer``) drives it and records its progress in SQL.
+
 One vector per memory is a measured choice: extra vectors per sentence and of "previous turn +
 turn" were worth 0.5 points of LoCoMo recall@10 but cost 3.6 vectors per memory, i.e. 3.6x the
 indexing time and the resident memory of the HNSW graph (about 2.3 KB per vector).
@@ -14,13 +18,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import chromadb
 import httpx
 import numpy as np
 import numpy.typing as npt
@@ -28,16 +30,52 @@ from chromadb.api import ClientAPI
 from chromadb.api.client import Client
 from chromadb.api.collection_configuration import CreateCollectionConfiguration
 from chromadb.api.models.Collection import Collection
-from chromadb.api.types import GetResult, QueryResult
-from chromadb.config import APIVersion, Settings
 from chromadb.errors import ChromaError, NotFoundError
+from loguru import logger
 
-from store.errors import StoreError
+from store.chroma_client import (
+    EmbedderMismatchError,
+    IncompatibleCollection,
+    VectorIndexError,
+    describe_target,
+    open_client,
+)
+from store.requests import SearchFilters
+from store.vector_calls import (
+    VectorHit,
+    count_vectors,
+    delete_ids,
+    hits_of,
+    int_field,
+    memory_id_of,
+    nearest,
+    vectors_page,
+)
+from store.vector_filters import filter_fields, where_of
+from store.views import MemoryView
 
 if TYPE_CHECKING:
     from store.embedder import Embedder
 
+# The errors live with the client; callers import them from here.
+__all__ = [
+    "COLLECTION_PREFIX",
+    "LIVE",
+    "NEXT",
+    "OLD",
+    "EmbedderMismatchError",
+    "IncompatibleCollection",
+    "IndexItem",
+    "VectorHit",
+    "VectorIndex",
+    "VectorIndexError",
+    "collection_name",
+]
+
 COLLECTION_PREFIX = "mem_"
+# Collection name suffixes of a namespace's slots: the collection searches use, the one a
+# rebuild fills, and the one a rebuild replaced (dropped once the new one is in place).
+LIVE, NEXT, OLD = "", "_next", "_old"
 # Recorded in each collection's metadata: a collection of another layout (older versions kept
 # several vectors per memory) is refused until `secretary index rebuild`.
 LAYOUT = "memory-v1"
@@ -55,23 +93,10 @@ T = TypeVar("T")
 FloatArray = npt.NDArray[np.float32]
 
 
-class VectorIndexError(StoreError):
-    """The vector index (Chroma) failed or could not be reached."""
-
-
-class EmbedderMismatchError(VectorIndexError):
-    """A namespace's collection was filled by a different embedder."""
-
-    def __init__(
-        self, namespace: str, stored: tuple[object, object], current: tuple[str, int]
-    ) -> None:
-        self.namespace = namespace
-        self.stored = stored
-        self.current = current
-        super().__init__(
-            f"namespace {namespace!r} was indexed with embedder {stored[0]} (dim {stored[1]}) "
-            f"but this index uses {current[0]} (dim {current[1]}): rebuild the vector index"
-        )
+# In the metadata of the collections made since each vector carries what a search filter reads
+# (``fields``): only those are filtered by Chroma; an older one is filtered after retrieval until
+# `secretary index rebuild` replaces it.
+FILTERABLE = "filters-v1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,19 +106,28 @@ class IndexItem:
     memory_id: int
     version: int
     text: str
+    # What a search filter reads (``store.vector_filters``): every item the indexer writes has it.
+    fields: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def of(cls, memory: MemoryView) -> IndexItem:
+        """Return the item of a memory: its text, version and filter fields."""
+        return cls(
+            memory_id=memory.id,
+            version=memory.version,
+            text=memory.content,
+            fields=filter_fields(
+                type=memory.type,
+                event_time=memory.event_time,
+                tags=memory.tags,
+                metadata=memory.metadata,
+            ),
+        )
 
 
-@dataclass(frozen=True, kw_only=True)
-class VectorHit:
-    """One matching memory; ``similarity`` is cosine similarity in [-1, 1]."""
-
-    memory_id: int
-    similarity: float
-
-
-def collection_name(namespace: str) -> str:
-    """Return the Chroma collection name of a namespace (names are restricted, so hash)."""
-    return COLLECTION_PREFIX + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:24]
+def collection_name(namespace: str, slot: str = LIVE) -> str:
+    """Return the Chroma collection name of a namespace's slot (names are restricted, so hash)."""
+    return COLLECTION_PREFIX + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:24] + slot
 
 
 class VectorIndex:
@@ -102,8 +136,9 @@ class VectorIndex:
     def __init__(self, client: ClientAPI, embedder: Embedder) -> None:
         self._client = client
         self._embedder = embedder
-        self._target = _describe_target(client)
+        self._target = describe_target(client)
         self._collections: dict[str, Collection] = {}  # saves a lookup per query
+        self._next: dict[str, Collection] = {}  # the collections rebuilds fill
         self._max_batch: int | None = None
         self._owns_client = False  # close() closes only a client that open() made
 
@@ -120,49 +155,52 @@ class VectorIndex:
 
         Raise VectorIndexError if neither is given or the target cannot be opened.
         """
-        settings = Settings(anonymized_telemetry=False)
-        if url is not None:
-            client = _http_client(url, settings, timeout)
-        elif path is not None:
-            client = _persistent_client(path, settings)
-        else:
-            raise VectorIndexError("no vector index configured: give a Chroma path or url")
-        index = cls(client, embedder)
+        index = cls(open_client(path=path, url=url, timeout=timeout), embedder)
         index._owns_client = True
         return index
 
     def close(self) -> None:
         """Release the client if open() made it (a PersistentClient holds files open)."""
         self._collections.clear()
+        self._next.clear()
         if self._owns_client and isinstance(self._client, Client):
             self._client.close()
 
-    def upsert(self, namespace: str, items: Sequence[IndexItem]) -> None:
-        """Write the vectors of these memories (one embedder call per batch).
+    def upsert(
+        self, namespace: str, items: Sequence[IndexItem], *, slots: Sequence[str] = (LIVE,)
+    ) -> None:
+        """Write the vectors of these memories into each slot (one embedder call per batch).
 
-        Not atomic, but a crash midway leaves a memory at its old version in
-        ``versions()``, so a drift check repairs it.
+        The live collection is created if missing; a rebuild's (``NEXT``) must exist
+        (``prepare_next``). Not atomic, but a crash midway leaves a memory at its old version
+        in ``versions()``, so a drift check repairs it.
         """
         latest = list({item.memory_id: item for item in items}.values())  # last one wins
-        if not latest:
+        if not latest or not slots:
             return
-        self._collection(namespace, create=True)  # fail on a mismatch before embedding
+        for slot in slots:  # fail on a mismatch (or a vanished rebuild) before embedding
+            self._require(namespace, slot)
         limit = self._batch_limit()
         for start in range(0, len(latest), limit):
             batch = latest[start : start + limit]
             embeddings = self._embed([item.text for item in batch])
             write = partial(_write_vectors, items=batch, embeddings=embeddings)
             action = f"writing {len(batch)} vectors to namespace {namespace!r}"
-            self._call(namespace, action, write, create=True)
+            for slot in slots:
+                if self._call(namespace, action, write, create=slot == LIVE, slot=slot) is None:
+                    raise _vanished(namespace)
 
-    def delete(self, namespace: str, memory_ids: Sequence[int]) -> None:
-        """Remove the vectors of these memories; unknown ids are fine."""
+    def delete(
+        self, namespace: str, memory_ids: Sequence[int], *, slots: Sequence[str] = (LIVE,)
+    ) -> None:
+        """Remove the vectors of these memories from each slot; unknown ids are fine."""
         ids = [str(memory_id) for memory_id in sorted(set(memory_ids))]
         limit = self._batch_limit()
         for start in range(0, len(ids), limit):
-            delete = partial(_delete_ids, ids=ids[start : start + limit])
+            delete = partial(delete_ids, ids=ids[start : start + limit])
             action = f"deleting memories from namespace {namespace!r}"
-            self._call(namespace, action, delete, create=False)
+            for slot in slots:
+                self._call(namespace, action, delete, create=False, slot=slot)
 
     def query(
         self,
@@ -170,30 +208,39 @@ class VectorIndex:
         embedding: np.ndarray,
         n: int,
         among: frozenset[int] | None = None,
+        filters: SearchFilters | None = None,
     ) -> list[VectorHit]:
         """Return the ``n`` nearest memories, nearest first; [] if the namespace is empty.
 
-        ``among``, if given, restricts the search to these memories.
+        ``among``, if given, restricts the search to these memories, and so do ``filters`` in
+        a `filterable` collection (in another one they are not applied).
         """
         if n <= 0 or (among is not None and not among):
             return []
         vector = self._query_vector(embedding)
         ids = None if among is None else [str(memory_id) for memory_id in sorted(among)]
-        search = partial(_nearest, vector=vector, n=n, ids=ids)
+        where = None if filters is None or not self.filterable(namespace) else where_of(filters)
+        search = partial(nearest, vector=vector, n=n, ids=ids, where=where)
         result = self._call(namespace, f"querying namespace {namespace!r}", search, create=False)
-        return [] if result is None else _hits(result)
+        return [] if result is None else hits_of(result)
+
+    def filterable(self, namespace: str) -> bool:
+        """Tell whether the namespace's collection filters by what vectors carry (``FILTERABLE``);
+        False when it has none."""
+        collection = self._collection(namespace, create=False)
+        return collection is not None and (collection.metadata or {}).get("filters") == FILTERABLE
 
     def versions(self, namespace: str) -> dict[int, int]:
         """Return memory_id -> indexed version of every vector in the namespace."""
         found: dict[int, int] = {}
         offset = 0
         while True:
-            page_of = partial(_vectors_page, offset=offset, limit=_VERSIONS_PAGE)
+            page_of = partial(vectors_page, offset=offset, limit=_VERSIONS_PAGE)
             page = self._call(namespace, f"listing namespace {namespace!r}", page_of, create=False)
             ids = [] if page is None else page["ids"]
             metadatas = [] if page is None else page["metadatas"] or []
             for vector_id, metadata in zip(ids, metadatas, strict=True):
-                found[_memory_id(vector_id)] = _int_field(metadata, "version")
+                found[memory_id_of(vector_id)] = int_field(metadata, "version")
             if len(ids) < _VERSIONS_PAGE:
                 return found
             offset += _VERSIONS_PAGE
@@ -210,11 +257,70 @@ class VectorIndex:
                 return sorted(found)
             offset += _COLLECTIONS_PAGE
 
-    def drop(self, namespace: str) -> None:
-        """Delete the namespace's collection; a missing one is fine."""
-        self._collections.pop(namespace, None)
+    def drop(self, namespace: str, slot: str = LIVE) -> None:
+        """Delete the namespace's collection (of ``slot``); a missing one is fine."""
+        self._cache(slot).pop(namespace, None)
         with self._errors(f"dropping namespace {namespace!r}"), suppress(NotFoundError):
-            self._client.delete_collection(collection_name(namespace))
+            self._client.delete_collection(collection_name(namespace, slot))
+
+    def count(self, namespace: str) -> int:
+        """Return how many vectors the namespace's live collection holds (0 if it has none)."""
+        found = self._call(
+            namespace, f"counting namespace {namespace!r}", count_vectors, create=False
+        )
+        return found or 0
+
+    def ping(self) -> None:
+        """Return if the index answers; raise VectorIndexError if it cannot be reached."""
+        with self._errors("checking that it answers"):
+            self._client.heartbeat()
+
+    def writable(self, namespace: str, slot: str) -> bool:
+        """Tell whether the namespace's collection of ``slot`` exists and fits this embedder
+        and layout (during a rebuild the live one may not: it is about to be replaced)."""
+        try:
+            return self._collection(namespace, create=False, slot=slot) is not None
+        except IncompatibleCollection:
+            return False
+
+    def prepare_next(self, namespace: str) -> bool:
+        """Make sure the namespace has a collection for a rebuild to fill; return whether one
+        was there already (a rebuild resumed), False if it was created (or made anew because it
+        no longer fit this embedder)."""
+        self._next.pop(namespace, None)  # look: another process may have dropped it
+        try:
+            if self._collection(namespace, create=False, slot=NEXT) is not None:
+                return True
+        except IncompatibleCollection as exc:
+            logger.warning("starting the rebuild of namespace {!r} over: {}", namespace, exc)
+            self.drop(namespace, NEXT)
+        self._collection(namespace, create=True, slot=NEXT)
+        return False
+
+    def promote(self, namespace: str) -> bool:
+        """Put the rebuilt collection in place of the live one and drop the old one; return
+        whether a collection is in place now (False: the rebuilt one was lost).
+
+        Each step is a rename or a drop that is skipped once done, so a promotion cut short is
+        finished by calling this again. Another process's cached handle keeps reading the old
+        collection (by its id) until it is dropped, then looks the live one up again.
+        """
+        live, new, old = (collection_name(namespace, slot) for slot in (LIVE, NEXT, OLD))
+        with self._errors(f"putting the rebuilt index of namespace {namespace!r} in place"):
+            rebuilt = self._lookup(new)
+            if rebuilt is not None:
+                replaced = self._lookup(live)
+                if replaced is not None:
+                    with suppress(NotFoundError):
+                        self._client.delete_collection(old)  # left by an earlier promotion
+                    replaced.modify(name=old)
+                rebuilt.modify(name=live)
+            with suppress(NotFoundError):
+                self._client.delete_collection(old)
+            in_place = self._lookup(live) is not None
+        self._collections.pop(namespace, None)
+        self._next.pop(namespace, None)
+        return in_place
 
     def embed_query(self, text: str) -> FloatArray:
         """Return the (dim,) query vector of ``text``."""
@@ -222,11 +328,17 @@ class VectorIndex:
         return vector
 
     def _call(
-        self, namespace: str, action: str, fn: Callable[[Collection], T], *, create: bool
+        self,
+        namespace: str,
+        action: str,
+        fn: Callable[[Collection], T],
+        *,
+        create: bool,
+        slot: str = LIVE,
     ) -> T | None:
         """Run fn on the namespace's collection; None if it does not exist and not ``create``."""
         for retry in (False, True):
-            collection = self._collection(namespace, create=create)
+            collection = self._collection(namespace, create=create, slot=slot)
             if collection is None:
                 return None
             with self._errors(action):
@@ -235,17 +347,32 @@ class VectorIndex:
                 except NotFoundError:
                     if retry:
                         raise
-                    # The cached collection was dropped, maybe by another process:
-                    # look it up again once.
-                    self._collections.pop(namespace, None)
+                    # The cached collection was dropped or replaced (a rebuild), maybe by
+                    # another process: look it up again once.
+                    self._cache(slot).pop(namespace, None)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _collection(self, namespace: str, *, create: bool) -> Collection | None:
-        """Return the namespace's collection (cached), creating it if ``create``."""
-        cached = self._collections.get(namespace)
+    def _cache(self, slot: str) -> dict[str, Collection]:
+        return self._collections if slot == LIVE else self._next
+
+    def _require(self, namespace: str, slot: str) -> None:
+        """Open the slot's collection for writing: the live one is created if missing."""
+        if self._collection(namespace, create=slot == LIVE, slot=slot) is None:
+            raise _vanished(namespace)
+
+    def _lookup(self, name: str) -> Collection | None:
+        try:
+            return self._client.get_collection(name, embedding_function=None)
+        except NotFoundError:
+            return None
+
+    def _collection(self, namespace: str, *, create: bool, slot: str = LIVE) -> Collection | None:
+        """Return the namespace's collection of ``slot`` (cached), creating it if ``create``."""
+        cache = self._collections if slot == LIVE else self._next
+        cached = cache.get(namespace)
         if cached is not None:
             return cached
-        name = collection_name(namespace)
+        name = collection_name(namespace, slot)
         with self._errors(f"opening namespace {namespace!r}"):
             if create:
                 collection = self._client.get_or_create_collection(
@@ -260,7 +387,7 @@ class VectorIndex:
                 except NotFoundError:
                     return None  # not cached: it may be created later
         self._check_collection(namespace, collection)
-        self._collections[namespace] = collection
+        cache[namespace] = collection
         return collection
 
     def _collection_metadata(self, namespace: str) -> dict[str, str | int]:
@@ -269,13 +396,14 @@ class VectorIndex:
             "embedder_model_id": self._embedder.model_id,
             "embedder_dim": self._embedder.dim,
             "layout": LAYOUT,
+            "filters": FILTERABLE,
         }
 
     def _check_collection(self, namespace: str, collection: Collection) -> None:
         """Raise if the collection belongs to another namespace or embedder."""
         metadata = collection.metadata or {}
         if metadata.get("namespace") != namespace:
-            raise VectorIndexError(
+            raise IncompatibleCollection(
                 f"collection {collection.name} in {self._target} holds namespace "
                 f"{metadata.get('namespace')!r}, not {namespace!r}"
             )
@@ -284,7 +412,7 @@ class VectorIndex:
         if stored != current:
             raise EmbedderMismatchError(namespace, stored, current)
         if metadata.get("layout") != LAYOUT:
-            raise VectorIndexError(
+            raise IncompatibleCollection(
                 f"namespace {namespace!r} was indexed in another layout "
                 f"({metadata.get('layout') or 'several vectors per memory'}, not {LAYOUT}): "
                 "rebuild the vector index (secretary index rebuild)"
@@ -330,61 +458,20 @@ class VectorIndex:
 
 def _write_vectors(
     collection: Collection, *, items: Sequence[IndexItem], embeddings: FloatArray
-) -> None:
+) -> bool:
     collection.upsert(
         ids=[str(item.memory_id) for item in items],
         embeddings=embeddings,
-        metadatas=[{"version": item.version} for item in items],
+        metadatas=[{**item.fields, "version": item.version} for item in items],
     )
+    return True  # written (``_call`` answers None when the collection is missing)
 
 
-def _delete_ids(collection: Collection, *, ids: list[str]) -> None:
-    collection.delete(ids=ids)
-
-
-def _nearest(
-    collection: Collection, *, vector: FloatArray, n: int, ids: list[str] | None
-) -> QueryResult:
-    # Ids carry the memory id: metadata is not needed, and fetching it would cost more than
-    # the nearest-neighbour search itself (8.6 ms against 2.7 ms for 200 of 100k vectors).
-    return collection.query(
-        query_embeddings=vector.reshape(1, -1), n_results=n, ids=ids, include=["distances"]
+def _vanished(namespace: str) -> VectorIndexError:
+    return VectorIndexError(
+        f"the collection a rebuild of namespace {namespace!r} fills is gone: "
+        "the next sync starts that rebuild over"
     )
-
-
-def _vectors_page(collection: Collection, *, offset: int, limit: int) -> GetResult:
-    return collection.get(limit=limit, offset=offset, include=["metadatas"])
-
-
-def _hits(result: QueryResult) -> list[VectorHit]:
-    """Turn a one-query result into hits; Chroma's cosine distance is 1 - similarity."""
-    ids = result["ids"][0] if result["ids"] else []
-    distances = (result["distances"] or [[]])[0]
-    return [
-        VectorHit(
-            memory_id=_memory_id(vector_id),
-            similarity=min(1.0, max(-1.0, 1.0 - float(distance))),  # float noise past ±1
-        )
-        for vector_id, distance in zip(ids, distances, strict=True)
-    ]
-
-
-def _memory_id(vector_id: str) -> int:
-    try:
-        return int(vector_id)
-    except ValueError:
-        raise VectorIndexError(
-            f"vector id {vector_id!r} is not a memory id: rebuild the vector index"
-        ) from None
-
-
-def _int_field(metadata: Mapping[str, object], key: str) -> int:
-    value = metadata.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise VectorIndexError(
-            f"vector metadata {key!r} is {value!r}, not an int: rebuild the index"
-        )
-    return value
 
 
 def _namespace_of(collection: Collection) -> str | None:
@@ -393,59 +480,3 @@ def _namespace_of(collection: Collection) -> str | None:
     if isinstance(namespace, str) and collection.name == collection_name(namespace):
         return namespace
     return None
-
-
-def _describe_target(client: ClientAPI) -> str:
-    """Name where a client points, for error messages."""
-    settings = client.get_settings()
-    if settings.chroma_server_host:
-        scheme = "https" if settings.chroma_server_ssl_enabled else "http"
-        host, port = settings.chroma_server_host, settings.chroma_server_http_port
-        return f"the Chroma server at {scheme}://{host}:{port}"
-    if settings.is_persistent:
-        return f"the Chroma database at {settings.persist_directory}"
-    return "the in-memory Chroma database"
-
-
-def _persistent_client(path: Path, settings: Settings) -> ClientAPI:
-    try:
-        return chromadb.PersistentClient(path=path, settings=settings)
-    except ChromaError as exc:  # e.g. the path is a file or not writable
-        raise VectorIndexError(f"cannot open the Chroma database at {path}: {exc}") from exc
-
-
-def _http_client(url: str, settings: Settings, timeout: float) -> ClientAPI:
-    """Return a client for the server at url, after a bounded heartbeat probe."""
-    host, port, ssl = _parse_url(url)
-    # chromadb's own first request has no timeout; probe first so a dead host fails fast.
-    api_path = (settings.chroma_server_api_default_path or APIVersion.V2).value
-    base = f"{'https' if ssl else 'http'}://{host}:{port}{api_path}"
-    try:
-        httpx.get(f"{base}/heartbeat", timeout=timeout).raise_for_status()
-        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=settings)
-    # chromadb reports a refused connection while connecting as a ValueError.
-    except (httpx.HTTPError, ChromaError, ValueError) as exc:
-        raise VectorIndexError(f"cannot reach the Chroma server at {url}: {exc}") from exc
-    _set_request_timeout(client, timeout)
-    return client
-
-
-def _parse_url(url: str) -> tuple[str, int, bool]:
-    """Return (host, port, ssl) of an http(s) URL; raise VectorIndexError if it is not one."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise VectorIndexError(f"invalid Chroma url {url!r}: {exc}") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-        raise VectorIndexError(f"invalid Chroma url {url!r}: expected http(s)://host[:port]")
-    ssl = parts.scheme == "https"
-    return parts.hostname, port or (443 if ssl else 8000), ssl
-
-
-def _set_request_timeout(client: ClientAPI, timeout: float) -> None:
-    """Bound every HTTP request: chromadb builds its httpx client with no timeout."""
-    # chromadb exposes no setting for this, so reach into its FastAPI server object.
-    session = getattr(getattr(client, "_server", None), "_session", None)
-    if isinstance(session, httpx.Client):
-        session.timeout = httpx.Timeout(timeout)

@@ -12,9 +12,9 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from store.database import Database
 from store.db import make_engine, upgrade
 from store.models import Base
-from store.repository import Repository
 
 pytest_plugins = ["tests.conftest_chroma"]
 
@@ -55,7 +55,8 @@ def postgres_engine() -> Iterator[Engine]:
     admin.dispose()
 
 
-def _truncate(engine: Engine) -> None:
+def truncate(engine: Engine) -> None:
+    """Empty every table (ids start again at 1)."""
     tables = ", ".join(f'"{table.name}"' for table in Base.metadata.sorted_tables)
     with engine.begin() as connection:
         connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
@@ -71,19 +72,20 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
         sqlite.dispose()
         return
     postgres: Engine = request.getfixturevalue("postgres_engine")
-    _truncate(postgres)
+    truncate(postgres)
     yield postgres
 
 
 @pytest.fixture
-def repo(engine: Engine) -> Repository:
-    return Repository(engine)
+def db(engine: Engine) -> Database:
+    """The store's reads and its writer over the parametrised database."""
+    return Database(engine)
 
 
 @pytest.fixture
-def sqlite_repo(tmp_path: Path) -> Iterator[Repository]:
-    """A repository on SQLite only, for tests that are not about the database backend."""
+def sqlite_db(tmp_path: Path) -> Iterator[Database]:
+    """The store's reads and writer on SQLite only, for tests not about the database backend."""
     engine = make_engine(f"sqlite:///{tmp_path / 'store.db'}")
     upgrade(engine)
-    yield Repository(engine)
+    yield Database(engine)
     engine.dispose()

@@ -1,8 +1,9 @@
-"""The maintenance jobs ("dreaming"): each plans, then applies its plan with a record.
+"""The maintenance jobs ("dreaming"): each plans, and its plan is applied with a record.
 
-``secretary.jobs.runner.run_job`` runs one job on one namespace; ``runner.JOBS`` holds them by
-name. The names are repeated here so that the CLI can list them without importing the jobs.
+- ``base``: plans, the ``Job`` interface and the plan skeleton most jobs share;
+- ``context``: what a run is given (``JobContext``) and its LLM accounting (``LlmCalls``);
+- ``guardrails``, ``clustering``: pure functions over values;  ``neighbours``: similar memories;
+- one module per job;  ``registry``: every job by name;  ``settings``: ``[jobs]``, ``[guardrails]``.
+
+Running a job (guardrails, records, approval) is ``secretary.runner``'s.
 """
-
-# In the order a cycle runs them: new memories first, then links, audit, traits, summaries.
-JOB_NAMES = ("extractor", "linker", "auditor", "soul_mapper", "consolidator", "retention")

@@ -10,29 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
-
 from prompts.auditor_schema import AuditorReply, Verdict
-from prompts.render import render
+from prompts.render import RenderedPrompt, render
 from secretary.jobs.base import (
+    LLM_NOT_CONFIGURED,
+    Call,
     Change,
-    Job,
-    JobContext,
-    MemoryView,
-    Plan,
-    active_views,
-    advance,
-    ask_each,
-    dropped_note,
-    memories_after,
-    neighbours,
+    Draft,
+    WatermarkJob,
+    is_trait,
+    listed_once,
+    oldest_first,
+    pack,
 )
-from secretary.jobs.clustering import Edge, capped_groups, groups_by_key
-from store.models import Memory, MemoryStatus, MemoryType
+from secretary.jobs.clustering import Pair, capped_groups
+from secretary.jobs.context import JobContext
+from secretary.jobs.neighbours import neighbours
+from store.kinds import MemoryStatus, MemoryType
 from store.operations import InheritRelations, Operation, SetStatus, UpdateMemory
-from store.repository import Repository
+from store.views import MemoryView
 
 # Types whose identical text at another time is another occurrence, not a duplicate.
 _TIMED = frozenset({MemoryType.EVENT, MemoryType.INTERACTION_SUMMARY, MemoryType.TOOL_EXPERIENCE})
@@ -42,10 +41,36 @@ _MAX_PREFERENCES = 1000
 Group = tuple[MemoryView, ...]
 
 
-def duplicate_key(memory: MemoryView) -> Hashable:
-    """Memories with equal keys say exactly the same thing."""
-    when = memory.event_time if memory.type in _TIMED else None
-    return (memory.content_hash, memory.type, when)
+def same_occurrence(a: MemoryView, b: MemoryView, window: timedelta) -> bool:
+    """Tell whether two memories of identical text and type record the same thing.
+
+    Facts and preferences with the same text always do. Events, summaries and tool
+    experiences are occurrences: the same text is the same occurrence when both come from one
+    session, when neither has a session and they are at most ``window`` apart (a client
+    retrying, or the same line ingested twice), or when they happened at the same instant.
+    """
+    if a.content_hash != b.content_hash or a.type != b.type:
+        return False
+    if a.type not in _TIMED or a.event_time == b.event_time:
+        return True
+    if a.session_id is not None or b.session_id is not None:
+        return a.session_id == b.session_id
+    return abs(a.event_time - b.event_time) <= window
+
+
+def duplicate_groups(pool: Sequence[MemoryView], window: timedelta) -> list[tuple[int, ...]]:
+    """Group the memories that record the same thing (``same_occurrence``, chained), by id."""
+    by_text: dict[Hashable, list[MemoryView]] = {}
+    for memory in pool:
+        by_text.setdefault((memory.content_hash, memory.type), []).append(memory)
+    pairs: list[Pair] = []
+    for same_text in by_text.values():
+        ordered = sorted(same_text, key=lambda m: m.id)
+        for index, first in enumerate(ordered):
+            for second in ordered[index + 1 :]:
+                if same_occurrence(first, second, window):
+                    pairs.append((first.id, second.id, 1.0))
+    return capped_groups(pairs, max_size=len(pool) or 1)
 
 
 def keeper_of(group: Sequence[MemoryView]) -> MemoryView:
@@ -54,13 +79,13 @@ def keeper_of(group: Sequence[MemoryView]) -> MemoryView:
 
 
 def exact_duplicate_changes(
-    seeds: Sequence[MemoryView], candidates: Iterable[MemoryView]
+    seeds: Sequence[MemoryView], candidates: Iterable[MemoryView], *, window: timedelta
 ) -> list[Change]:
     """Merge every exact duplicate of a seed into its keeper (one change per duplicate)."""
-    pool = {m.id: m for m in [*candidates, *seeds] if not m.is_trait}
+    pool = {m.id: m for m in [*candidates, *seeds] if not is_trait(m)}
     seed_ids = {s.id for s in seeds}
     changes: list[Change] = []
-    for ids in groups_by_key((m.id, duplicate_key(m)) for m in pool.values()):
+    for ids in duplicate_groups(list(pool.values()), window):
         if not seed_ids & set(ids):
             continue
         keeper = keeper_of([pool[i] for i in ids])
@@ -79,39 +104,11 @@ def exact_duplicate_changes(
     return changes
 
 
-def same_hash(repository: Repository, namespace: str, hashes: Iterable[str]) -> list[MemoryView]:
-    wanted = sorted(set(hashes))
-    if not wanted:
-        return []
-    query = select(Memory).where(
-        Memory.namespace == namespace,
-        Memory.status == MemoryStatus.ACTIVE.value,
-        Memory.content_hash.in_(wanted),
-    )
-    with repository.reading() as session:
-        return [MemoryView.of(row) for row in session.scalars(query)]
-
-
-def active_preferences(repository: Repository, namespace: str) -> list[MemoryView]:
-    query = (
-        select(Memory)
-        .where(
-            Memory.namespace == namespace,
-            Memory.status == MemoryStatus.ACTIVE.value,
-            Memory.type == MemoryType.PREFERENCE.value,
-        )
-        .order_by(Memory.id.desc())
-        .limit(_MAX_PREFERENCES)
-    )
-    with repository.reading() as session:
-        return [v for v in map(MemoryView.of, session.scalars(query)) if not v.is_trait]
-
-
 def subject_edges(
     seeds: Sequence[MemoryView], preferences: Sequence[MemoryView], weight: float
-) -> list[Edge]:
+) -> list[Pair]:
     """Pair each new preference with the preferences that share one of its tags."""
-    edges: list[Edge] = []
+    edges: list[Pair] = []
     for seed in seeds:
         if seed.type != MemoryType.PREFERENCE or not seed.tags:
             continue
@@ -122,10 +119,10 @@ def subject_edges(
 
 
 def candidate_edges(
-    edges: Iterable[Edge], views: Mapping[int, MemoryView], *, near: float, subject: float
-) -> list[Edge]:
+    edges: Iterable[Pair], views: Mapping[int, MemoryView], *, near: float, subject: float
+) -> list[Pair]:
     """Keep near duplicates, and pairs of preferences similar enough to share a subject."""
-    kept: list[Edge] = []
+    kept: list[Pair] = []
     for a, b, sim in edges:
         if a not in views or b not in views:
             continue
@@ -133,20 +130,6 @@ def candidate_edges(
         if sim >= near or (both_preferences and sim >= subject):
             kept.append((a, b, sim))
     return kept
-
-
-def pack(groups: Sequence[Group], per_call: int) -> list[list[Group]]:
-    """Put whole groups into calls of about ``per_call`` memories each."""
-    calls: list[list[Group]] = []
-    count = 0
-    for group in groups:
-        if calls and count + len(group) <= per_call:
-            calls[-1].append(group)
-            count += len(group)
-        else:
-            calls.append([group])
-            count = len(group)
-    return calls
 
 
 @dataclass
@@ -158,6 +141,8 @@ class Verdicts:
     dropped: list[int] = field(default_factory=list)
     conflicts: int = 0
     notes: list[dict[str, Any]] = field(default_factory=list)
+    # Verdicts left out, each {"item": ..., "reason": ...}.
+    rejected: list[dict[str, Any]] = field(default_factory=list)
     _targets: set[int] = field(default_factory=set)
 
     def add(self, batch: Sequence[Group], reply: AuditorReply) -> None:
@@ -167,15 +152,19 @@ class Verdicts:
             if verdict.action == "keep":
                 continue
             other = verdict.superseded_by if verdict.action == "supersede" else verdict.merge_into
+            item = f"{verdict.action} #{verdict.id}" + (f" into #{other}" if other else "")
             unknown = [i for i in (verdict.id, other) if i is not None and i not in group_of]
             if unknown:
                 self.dropped.extend(unknown)
+                self._reject(item, f"names {_ids(unknown)}, which were not sent")
                 continue
             if other is not None and group_of[other] != group_of[verdict.id]:
-                self.conflicts += 1  # the replacement must come from the same group
+                self.conflicts += 1
+                self._reject(item, "the replacing memory belongs to another group")
                 continue
             if not self._free(verdict.id, other, verdict.action == "merge"):
                 self.conflicts += 1
+                self._reject(item, "an earlier verdict of this run already retired or kept one")
                 continue
             self.changes.append(_change(verdict, contents.get(other) if other else None))
             self.notes.append(
@@ -187,6 +176,9 @@ class Verdicts:
                     "reason": verdict.reason,
                 }
             )
+
+    def _reject(self, item: str, reason: str) -> None:
+        self.rejected.append({"item": item, "reason": reason})
 
     def _free(self, memory_id: int, other: int | None, merge: bool) -> bool:
         """Claim the memory (and its replacement) unless an earlier verdict already did."""
@@ -200,15 +192,23 @@ class Verdicts:
         return True
 
 
+def _ids(ids: Iterable[int]) -> str:
+    return ", ".join(f"#{i}" for i in ids)
+
+
 def _change(verdict: Verdict, other_content: str | None) -> Change:
     ops: list[Operation]
     if verdict.action == "supersede" and verdict.superseded_by is not None:
+        # The replacement says the same thing, up to date: what the old memory was related to,
+        # and what was said next to it, is related to it now, so a search that spreads from
+        # there finds it.
         ops = [
+            InheritRelations(from_ids=(verdict.id,), to=verdict.superseded_by, context=True),
             SetStatus(
                 memory_id=verdict.id,
                 status=MemoryStatus.SUPERSEDED,
                 replaced_by=verdict.superseded_by,
-            )
+            ),
         ]
         label = f"supersede #{verdict.id} by #{verdict.superseded_by}"
     elif verdict.action == "merge" and verdict.merge_into is not None:
@@ -227,77 +227,108 @@ def _change(verdict: Verdict, other_content: str | None) -> Change:
     return Change(label=f"{label} ({verdict.category})", operations=tuple(ops))
 
 
-class Auditor(Job):
-    name = "auditor"
-    uses_index = True
+@dataclass(kw_only=True)
+class Audit:
+    """What one auditor run has decided so far: the retired memories and the verdicts."""
 
-    def plan(self, ctx: JobContext) -> Plan:
-        config = ctx.jobs
-        exact_mark = ctx.watermark("exact_watermark")
-        mark = ctx.watermark()
-        judging = ctx.llm.available
-        start = min(exact_mark, mark) if judging else exact_mark
-        read = memories_after(ctx.repository, ctx.namespace, start, limit=config.max_items_per_run)
-        seeds = [m for m in read if not m.is_trait]
-        if not read:
-            return self.empty_plan(ctx)
-        exact_seeds = [s for s in seeds if s.id > exact_mark]
-        twins = same_hash(ctx.repository, ctx.namespace, [s.content_hash for s in exact_seeds])
-        changes = exact_duplicate_changes(exact_seeds, twins)
-        retired = {
+    retired: set[int] = field(default_factory=set)
+    verdicts: Verdicts = field(default_factory=lambda: Verdicts(retired=set()))
+    groups: int = 0
+
+
+Batch = Sequence[Group]
+
+
+class Auditor(WatermarkJob[MemoryView, Audit, Batch, AuditorReply]):
+    name = "auditor"
+    summary = (
+        "exact duplicates merged by hash; contradictions, hallucinations, stale preferences judged"
+    )
+    default_cron = "40 4 * * *"
+    uses_index = True
+    deterministic_watermark = "exact_watermark"
+    llm_watermark = "watermark"
+    prompt_id = "auditor"
+    reply_schema = AuditorReply
+
+    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
+        return ctx.db.memories.after(ctx.namespace, after, limit=ctx.jobs.max_items_per_run)
+
+    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
+        return sorted(ctx.db.memories.active(ctx.namespace, ids).values(), key=lambda m: m.id)
+
+    def id_of(self, item: MemoryView) -> int:
+        return item.id
+
+    def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> Audit:
+        return Audit()
+
+    def settle(
+        self, ctx: JobContext, work: Audit, fresh: Sequence[MemoryView], draft: Draft
+    ) -> None:
+        seeds = [m for m in fresh if not is_trait(m)]
+        hashes = [s.content_hash for s in seeds]
+        twins = ctx.db.memories.with_hashes(ctx.namespace, hashes) if hashes else []
+        window = timedelta(minutes=ctx.jobs.auditor_duplicate_window_minutes)
+        changes = exact_duplicate_changes(seeds, twins, window=window)
+        work.retired = {
             op.memory_id for c in changes for op in c.operations if isinstance(op, SetStatus)
         }
-        state: dict[str, Any] = {
-            **ctx.state,
-            "exact_watermark": advance(exact_mark, [m.id for m in read if m.id > exact_mark]),
-        }
-        stats: dict[str, Any] = {"exact_duplicates": len(changes)}
-        if not judging:
-            return Plan(
-                job=self.name,
-                namespace=ctx.namespace,
-                changes=tuple(changes),
-                job_state=state,
-                stats=stats,
-                skipped="LLM not configured",
-            )
-        judged = [s for s in seeds if s.id > mark and s.id not in retired]
-        groups = self._groups(ctx, judged, retired)
-        calls = pack(groups, config.batch_size)
-        answered, stopped = ask_each(
-            ctx.llm,
-            calls,
-            lambda batch: ctx.llm.ask(
-                render(
-                    "auditor",
-                    today=ctx.now.date(),
-                    groups=[[m.for_prompt() for m in group] for group in batch],
-                ),
-                AuditorReply,
-            ),
-        )
-        verdicts = Verdicts(retired=set(retired))
-        for batch, reply in answered:
-            verdicts.add(batch, reply)
+        work.verdicts = Verdicts(retired=set(work.retired))
+        draft.changes.extend(changes)
+        draft.stats["exact_duplicates"] = len(changes)
+
+    def skip(self, ctx: JobContext, work: Audit, new: Sequence[MemoryView], draft: Draft) -> None:
+        draft.skipped = LLM_NOT_CONFIGURED
+
+    def calls(
+        self, ctx: JobContext, work: Audit, fresh: Sequence[MemoryView], draft: Draft
+    ) -> list[Call[Batch]]:
+        judged = [s for s in fresh if not is_trait(s) and s.id not in work.retired]
+        groups = self._groups(ctx, judged, work.retired)
+        work.groups = len(groups)
         judged_ids = {s.id for s in judged}
-        left = [
-            m.id for batch in calls[len(answered) :] for g in batch for m in g if m.id in judged_ids
+
+        def new_in(group: Group) -> list[int]:
+            return [m.id for m in group if m.id in judged_ids]
+
+        return [
+            Call(about=batch, ids=tuple(i for g in batch for i in new_in(g)))
+            for batch in pack(groups, ctx.jobs.batch_size, new_in)
         ]
-        state["watermark"] = advance(mark, [m.id for m in read if m.id > mark], left)
-        stats |= {
-            "groups": len(groups),
-            "judged": len(verdicts.changes),
-            "conflicting_verdicts": verdicts.conflicts,
-            "dropped_ids": dropped_note(self.name, verdicts.dropped),
-            "verdicts": verdicts.notes,
-        }
-        return Plan(
-            job=self.name,
-            namespace=ctx.namespace,
-            changes=(*changes, *verdicts.changes),
-            job_state=state,
-            stats=stats,
-            stopped=stopped,
+
+    def prompt(self, ctx: JobContext, work: Audit, call: Call[Batch]) -> RenderedPrompt:
+        memories = oldest_first(listed_once(call.about))
+        groups = [[m.id for m in group] for group in call.about]
+        return render(self.prompt_id, today=ctx.now.date(), memories=memories, groups=groups)
+
+    def collect(
+        self,
+        ctx: JobContext,
+        work: Audit,
+        call: Call[Batch],
+        reply: AuditorReply,
+        number: int,
+        draft: Draft,
+    ) -> None:
+        work.verdicts.add(call.about, reply)
+
+    def finish(
+        self,
+        ctx: JobContext,
+        work: Audit,
+        draft: Draft,
+        answered: Sequence[tuple[Call[Batch], Any]],
+    ) -> None:
+        verdicts = work.verdicts
+        draft.changes.extend(verdicts.changes)
+        draft.dropped.extend(verdicts.dropped)
+        draft.rejected.extend(verdicts.rejected)
+        draft.stats.update(
+            groups=work.groups,
+            judged=len(verdicts.changes),
+            conflicting_verdicts=verdicts.conflicts,
+            verdicts=verdicts.notes,
         )
 
     def _groups(
@@ -314,12 +345,18 @@ class Auditor(Job):
             per_seed=config.auditor_max_group - 1,
             threshold=min(config.auditor_near_threshold, config.auditor_subject_threshold),
         )
-        preferences = active_preferences(ctx.repository, ctx.namespace)
+        preferences = [
+            p
+            for p in ctx.db.memories.of_type(
+                ctx.namespace, MemoryType.PREFERENCE.value, order="newest", limit=_MAX_PREFERENCES
+            )
+            if not is_trait(p)
+        ]
         ids = {i for e in similar for i in e[:2]} | {s.id for s in judged}
         views = {
             i: v
-            for i, v in active_views(ctx.repository, ctx.namespace, ids).items()
-            if not v.is_trait and i not in retired
+            for i, v in ctx.db.memories.active(ctx.namespace, ids).items()
+            if not is_trait(v) and i not in retired
         }
         views |= {p.id: p for p in preferences if p.id not in retired}
         edges = candidate_edges(

@@ -1,129 +1,46 @@
-"""What every maintenance job shares: plans, the run's context, its LLM calls and common reads.
+"""What every maintenance job shares: plans, the job interface, and the plan skeleton.
 
 A job's ``plan()`` reads (and may ask the LLM) and returns a ``Plan``: changes, each a tuple of
-operations that stand or fall together, plus the job state (watermark) to save with them.
-``apply()`` writes exactly that through ``store.apply.apply_operations``, in one transaction.
+operations that stand or fall together, plus the job state (watermarks) to save with them.
+``apply()`` writes exactly that through ``Writer.apply``, in one transaction.
+
+Most jobs plan the same way, written once in ``WatermarkJob.plan``: read what is new past the
+job's watermarks; plan the part that needs no model (exact duplicates, associative edges);
+then, if a model is configured, group the rest into calls, ask about each, turn the replies
+into changes (ids the reply names that were not sent are dropped and counted) and move the
+LLM part's watermark over every call that was answered. A job supplies only its own steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from datetime import UTC, datetime
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from loguru import logger
-from pydantic import BaseModel
-from sqlalchemy import select
 
-from prompts.render import RenderedPrompt, prompt_record
-from secretary.budget import Budget
-from secretary.clock import parse_timestamp
-from secretary.config import JobsSettings, Settings
-from secretary.errors import BudgetExhausted, LlmError, LlmInvalidReply, SecretaryError
-from secretary.jobs.clustering import Edge, similar_pairs
-from store.apply import Applied, RecordInfo, apply_operations
-from store.models import Memory, MemoryStatus
-from store.operations import (
-    CreateMemory,
-    CreateRelation,
-    InheritRelations,
-    Operation,
-    Purge,
-    SetStatus,
-    UpdateMemory,
-)
-from store.repository import Repository
+from prompts import ReplyModel
+from prompts.render import RenderedPrompt
+from secretary.jobs.context import JobContext, RunLimitReached
+from secretary.llm.errors import BudgetExhausted, LlmError
+from store.errors import SecretaryError
+from store.operations import Operation
+from store.record_info import RecordInfo
+from store.views import MemoryView
 
-if TYPE_CHECKING:
-    from secretary.llm import LlmClient, LlmUsage
-    from store.service import Store
+if TYPE_CHECKING:  # the writer is handed in; jobs never open one
+    from store.writer import Applied, Writer
 
-T = TypeVar("T", bound=BaseModel)
-B = TypeVar("B")
-R = TypeVar("R")
+T = TypeVar("T")  # an item read past the watermark
+G = TypeVar("G")  # what one LLM call asks about
+W = TypeVar("W")  # what a run prepares once and every step reads
+R = TypeVar("R", bound=ReplyModel)
 
-
-class JobError(SecretaryError):
-    """Base class of the jobs' errors."""
-
-
-class UnknownJob(JobError):
-    def __init__(self, name: str, known: Iterable[str]) -> None:
-        super().__init__(f"unknown job {name!r}; known jobs: {', '.join(known)}")
-
-
-class PlanNotFound(JobError):
-    def __init__(self, record_id: int) -> None:
-        super().__init__(f"no pending plan with record id {record_id}")
-
-
-class RunLimitReached(Exception):
-    """The run made its allowed number of LLM calls; the rest waits for the next run."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"max_llm_calls_per_run ({limit}) reached")
-
-
-# -- values ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class MemoryView:
-    """A memory as the jobs see it: a frozen copy of the row's values."""
-
-    id: int
-    content: str
-    content_hash: str
-    type: str
-    tags: tuple[str, ...]
-    importance: int
-    event_time: datetime
-    created_at: datetime
-    updated_at: datetime
-    session_id: str | None
-    pinned: bool
-    last_accessed: datetime | None
-    metadata: Mapping[str, Any]
-    version: int
-    status: str
-
-    @classmethod
-    def of(cls, row: Memory) -> MemoryView:
-        return cls(
-            id=row.id,
-            content=row.content,
-            content_hash=row.content_hash,
-            type=row.type,
-            tags=tuple(row.tags or ()),
-            importance=row.importance,
-            event_time=row.event_time,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-            session_id=row.session_id,
-            pinned=row.pinned,
-            last_accessed=row.last_accessed,
-            metadata=dict(row.metadata_ or {}),
-            version=row.version,
-            status=row.status,
-        )
-
-    @property
-    def is_trait(self) -> bool:
-        return self.metadata.get("trait") is True
-
-    def for_prompt(self) -> dict[str, Any]:
-        """The memory as data for a prompt (only ever placed inside a data block)."""
-        return {
-            "id": self.id,
-            "type": self.type,
-            "time": self.event_time.isoformat(),
-            "recorded": self.created_at.isoformat(),
-            "importance": self.importance,
-            "content": self.content,
-        }
+LLM_NOT_CONFIGURED = "LLM not configured"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +65,12 @@ class Plan:
     skipped: str | None = None
     # Why the run stopped before the end of its work (budget, call cap), if it did.
     stopped: str | None = None
+    # Which part of a two-part job this is ("deterministic" or "model"); None: the whole run.
+    part: str | None = None
+    # Items of the replies that were left out, each {"item": ..., "reason": ...}.
+    rejected: tuple[Mapping[str, Any], ...] = ()
+    # The items the answered calls were about (a retry of quarantined items clears them).
+    answered: tuple[int, ...] = ()
 
     @property
     def operations(self) -> tuple[Operation, ...]:
@@ -158,113 +81,30 @@ class Plan:
         return dataclasses.replace(self, changes=tuple(self.changes[i] for i in indexes))
 
 
-class LlmCalls:
-    """The LLM as one run sees it: counts calls, tokens, cost and prompts; stops at the limits."""
-
-    def __init__(self, client: LlmClient | None, *, budget: Budget | None, max_calls: int) -> None:
-        self._client = client
-        self._budget = budget
-        self._max_calls = max_calls
-        self.calls = 0
-        self.usage: LlmUsage | None = None
-        self._prompts: dict[tuple[Any, ...], dict[str, Any]] = {}
-
-    @property
-    def available(self) -> bool:
-        return self._client is not None and self._client.configured
-
-    @property
-    def model(self) -> str | None:
-        return self._client.model if self._client is not None and self.calls else None
-
-    @property
-    def prompts(self) -> list[dict[str, Any]]:
-        return list(self._prompts.values())
-
-    def ask(self, prompt: RenderedPrompt, schema: type[T]) -> T:
-        """Send one prompt; return its validated reply. Raise RunLimitReached at the call cap."""
-        if self._client is None:
-            raise RuntimeError("LlmCalls.ask without a client; check .available first")
-        if self.calls >= self._max_calls:
-            raise RunLimitReached(self._max_calls)
-        try:
-            reply = self._client.complete(prompt, schema, budget=self._budget)
-        except BudgetExhausted:
-            raise  # refused before anything was sent: not a call
-        except LlmError as exc:
-            self._sent(prompt)
-            if isinstance(exc, LlmInvalidReply) and exc.usage is not None:
-                self._add(exc.usage)
-            raise
-        self._sent(prompt)
-        self._add(reply.usage)
-        for record in reply.prompt_records():
-            self._note(record)
-        return reply.value
-
-    def record_info(self) -> dict[str, Any]:
-        """What a record stores about the run's LLM use."""
-        usage = self.usage
-        return {
-            "model": self.model,
-            "prompts": self.prompts,
-            "tokens_in": usage.prompt_tokens if usage else 0,
-            "tokens_out": usage.completion_tokens if usage else 0,
-            "cost": usage.cost if usage else None,
-        }
-
-    def _sent(self, prompt: RenderedPrompt) -> None:
-        self.calls += 1
-        self._note(prompt_record(prompt, self.model or ""))
-
-    def _add(self, usage: LlmUsage) -> None:
-        self.usage = usage if self.usage is None else self.usage + usage
-
-    def _note(self, record: dict[str, Any]) -> None:
-        self._prompts.setdefault(tuple(sorted(record.items())), record)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobContext:
-    """Everything a job run gets: the store, settings, namespace, the run's time and LLM."""
-
-    store: Store
-    settings: Settings
-    namespace: str
-    now: datetime
-    llm: LlmCalls
-    state: Mapping[str, Any]
-
-    @property
-    def repository(self) -> Repository:
-        return self.store.repository
-
-    @property
-    def jobs(self) -> JobsSettings:
-        return self.settings.jobs
-
-    def watermark(self, key: str = "watermark") -> int:
-        return int(self.state.get(key, 0))
-
-
 class Job(ABC):
     """A maintenance job: ``plan()`` reads and may ask the LLM; ``apply()`` writes the plan."""
 
     name: ClassVar[str]
+    # One line for `--help` and the docs.
+    summary: ClassVar[str]
+    # When the daemon runs it unless the config or `secretary schedule set` says otherwise.
+    default_cron: ClassVar[str]
     # Has nothing to do without the LLM, so it is skipped at once when no model is configured.
     needs_llm: ClassVar[bool] = False
     # Reads neighbours through the vector index, so the outbox is synced before it runs.
     uses_index: ClassVar[bool] = False
 
     @abstractmethod
-    def plan(self, ctx: JobContext) -> Plan: ...
+    def parts(self, ctx: JobContext) -> Iterator[Plan]:
+        """Yield the run's plans in the order they are applied, each with its own record.
 
-    def apply(
-        self, repository: Repository, plan: Plan, *, now: datetime, info: RecordInfo
-    ) -> Applied:
+        The runner applies one before it asks for the next, and stops asking when one could
+        not be applied (refused, or waiting for approval).
+        """
+
+    def apply(self, writer: Writer, plan: Plan, *, now: datetime, info: RecordInfo) -> Applied:
         """Write exactly the plan, its record and its job state, in one transaction."""
-        return apply_operations(
-            repository,
+        return writer.apply(
             plan.namespace,
             self.name,
             plan.operations,
@@ -277,32 +117,243 @@ class Job(ABC):
         return Plan(job=self.name, namespace=ctx.namespace, **values)
 
 
+# -- the skeleton ------------------------------------------------------------------------------
+
+
+class BatchFailed(SecretaryError):
+    """An LLM call failed for good (after its retries and its repair); the run stops there.
+
+    ``ids`` are the items the call was about: a batch that keeps failing is quarantined.
+    """
+
+    def __init__(self, job: str, ids: Sequence[int], cause: LlmError) -> None:
+        self.ids = tuple(ids)
+        self.cause = cause
+        self.retry_after = getattr(cause, "retry_after", None)
+        super().__init__(f"{job}: a call about {len(self.ids)} item(s) failed: {cause}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Call(Generic[G]):
+    """One LLM call: what it asks about, and the new items it settles once it is answered."""
+
+    about: G
+    ids: tuple[int, ...]
+
+
+@dataclass(kw_only=True)
+class Draft:
+    """A plan being drafted by the skeleton and the job's steps."""
+
+    state: Mapping[str, Any]  # the job state this part starts from
+    part: str | None = None
+    changes: list[Change] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    # Ids a reply named that were not sent to it.
+    dropped: list[int] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    moved: dict[str, int] = field(default_factory=dict)
+    answered: list[int] = field(default_factory=list)
+    skipped: str | None = None
+    stopped: str | None = None
+
+    def advance(self, key: str, value: int) -> None:
+        self.moved[key] = value
+
+    def reject(self, item: str, reason: str) -> None:
+        """Leave an item of a reply out, saying why (it goes into the record)."""
+        self.rejected.append({"item": item, "reason": reason})
+
+    def plan(self, job: str, namespace: str) -> Plan:
+        stats = {**self.stats, "part": self.part} if self.part else self.stats
+        return Plan(
+            job=job,
+            namespace=namespace,
+            changes=tuple(self.changes),
+            job_state={**self.state, **self.moved} if self.moved else None,
+            stats=stats,
+            skipped=self.skipped,
+            stopped=self.stopped,
+            part=self.part,
+            rejected=tuple(self.rejected),
+            answered=tuple(self.answered),
+        )
+
+
+class WatermarkJob(Job, Generic[T, W, G, R]):
+    """The plan skeleton (see the module docstring); subclasses supply the steps."""
+
+    # The part that needs no model, and its watermark (None: the job has no such part).
+    deterministic_watermark: ClassVar[str | None] = None
+    # The LLM part's watermark, its prompt and the schema its replies must match.
+    llm_watermark: ClassVar[str] = "watermark"
+    prompt_id: ClassVar[str]
+    reply_schema: ClassVar[type[ReplyModel]]
+
+    def parts(self, ctx: JobContext) -> Iterator[Plan]:
+        if ctx.retry_quarantined:
+            yield from self._retry(ctx)
+            return
+        wants = self.wants_llm(ctx)
+        asking = wants and ctx.llm.available
+        keys = [self.deterministic_watermark, self.llm_watermark if asking else None]
+        marks = {key: ctx.watermark(key) for key in keys if key is not None}
+        new = self.read(ctx, min(marks.values(), default=ctx.watermark(self.llm_watermark)))
+        if not new:
+            yield self.empty_plan(ctx)
+            return
+        work = self.prepare(ctx, new)
+        state: Mapping[str, Any] = ctx.state
+        two_parts = self.deterministic_watermark is not None and asking
+        if self.deterministic_watermark is not None:
+            draft = Draft(state=state, part="deterministic" if two_parts else None)
+            mark = marks[self.deterministic_watermark]
+            fresh = [item for item in new if self.id_of(item) > mark]
+            self.settle(ctx, work, fresh, draft)
+            draft.advance(self.deterministic_watermark, advance(mark, map(self.id_of, fresh)))
+            if wants and not asking:
+                self.skip(ctx, work, new, draft)
+            first = draft.plan(self.name, ctx.namespace)
+            yield first
+            if not asking:
+                return
+            state = first.job_state or state
+        draft = Draft(state=state, part="model" if two_parts else None)
+        if asking:
+            mark = marks[self.llm_watermark]
+            quarantined = set(ctx.quarantined)
+            fresh = [x for x in new if self.id_of(x) > mark and self.id_of(x) not in quarantined]
+            left = self._ask(ctx, work, fresh, draft) + self.unfinished(ctx, work)
+            seen = [self.id_of(item) for item in new if self.id_of(item) > mark]
+            draft.advance(self.llm_watermark, advance(mark, seen, left))
+        elif wants:
+            self.skip(ctx, work, new, draft)
+        yield draft.plan(self.name, ctx.namespace)
+
+    def _retry(self, ctx: JobContext) -> Iterator[Plan]:
+        """Send the quarantined items again; the watermarks stay where they are."""
+        draft = Draft(state=ctx.state)
+        items = self.read_ids(ctx, ctx.quarantined) if ctx.quarantined else []
+        if not ctx.llm.available or not items:
+            if items:
+                draft.skipped = LLM_NOT_CONFIGURED
+            yield draft.plan(self.name, ctx.namespace)
+            return
+        work = self.prepare(ctx, items)
+        self._ask(ctx, work, items, draft)
+        draft.stats["retried"] = len(items)
+        yield draft.plan(self.name, ctx.namespace)
+
+    def _ask(self, ctx: JobContext, work: W, fresh: Sequence[T], draft: Draft) -> list[int]:
+        """Ask about the items in calls until done, or until the budget or the call cap stops
+        the run; return the items of the calls not made (they wait for the next run)."""
+        calls = list(self.calls(ctx, work, fresh, draft))
+        answered: list[tuple[Call[G], Any]] = []
+        for call in calls:
+            try:
+                reply = ctx.llm.ask(self.prompt(ctx, work, call), self.reply_schema)
+            except BudgetExhausted as exc:
+                logger.warning("{}: stopping after {} call(s): {}", self.name, len(answered), exc)
+                draft.stopped = f"budget exhausted: {exc}"
+                break
+            except RunLimitReached as exc:
+                logger.info("{}: stopping after {} call(s): {}", self.name, len(answered), exc)
+                draft.stopped = str(exc)
+                break
+            except LlmError as exc:
+                raise BatchFailed(self.name, call.ids, exc) from exc
+            answered.append((call, reply))
+        for number, (call, reply) in enumerate(answered):
+            self.collect(ctx, work, call, reply, number, draft)
+        self.finish(ctx, work, draft, answered)
+        draft.answered = [i for call, _ in answered for i in call.ids]
+        draft.stats["dropped_ids"] = dropped_note(self.name, draft.dropped)
+        return [i for call in calls[len(answered) :] for i in call.ids]
+
+    # -- the steps --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def read(self, ctx: JobContext, after: int) -> Sequence[T]:
+        """Return the items with id above ``after`` to plan for, by id."""
+
+    @abstractmethod
+    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[T]:
+        """Return the items with these ids that can still be planned for (quarantine retries)."""
+
+    @abstractmethod
+    def id_of(self, item: T) -> int: ...
+
+    @abstractmethod
+    def prepare(self, ctx: JobContext, new: Sequence[T]) -> W:
+        """Compute once what the other steps share (neighbours, clusters, present rows)."""
+
+    def wants_llm(self, ctx: JobContext) -> bool:
+        """Whether the LLM part is configured to run at all (it still needs a model)."""
+        return True
+
+    def settle(self, ctx: JobContext, work: W, fresh: Sequence[T], draft: Draft) -> None:
+        """Plan the deterministic part for the items past its watermark."""
+
+    def skip(self, ctx: JobContext, work: W, new: Sequence[T], draft: Draft) -> None:
+        """Note that the LLM part could not run; by default, how much waits for it."""
+        draft.skipped = LLM_NOT_CONFIGURED
+        draft.stats["pending"] = len(new)
+
+    @abstractmethod
+    def calls(
+        self, ctx: JobContext, work: W, fresh: Sequence[T], draft: Draft
+    ) -> Sequence[Call[G]]:
+        """Group the items to ask about into calls, in order."""
+
+    @abstractmethod
+    def prompt(self, ctx: JobContext, work: W, call: Call[G]) -> RenderedPrompt: ...
+
+    @abstractmethod
+    def collect(
+        self, ctx: JobContext, work: W, call: Call[G], reply: Any, number: int, draft: Draft
+    ) -> None:
+        """Turn one validated reply into changes; reject what it may not do, saying why."""
+
+    def finish(
+        self, ctx: JobContext, work: W, draft: Draft, answered: Sequence[tuple[Call[G], Any]]
+    ) -> None:
+        """Complete the draft once every reply is in (filters across replies, stats)."""
+
+    def unfinished(self, ctx: JobContext, work: W) -> list[int]:
+        """Items past the watermark that must wait for a later run although not asked about."""
+        return []
+
+
 # -- helpers shared by the jobs -------------------------------------------------------------------
 
 
-def ask_each(
-    llm: LlmCalls, batches: Sequence[B], ask: Callable[[B], R]
-) -> tuple[list[tuple[B, R]], str | None]:
-    """Ask for each batch in order until the budget or the call cap stops the run.
+def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
+    """Split ``items``, in order, into as few calls as ``size`` allows, their lengths differing
+    by one at most (50 items of at most 45 a call: 25 and 25, not 45 and 5)."""
+    if not items:
+        return []
+    count = -(-len(items) // size)  # ceiling division
+    each, more = divmod(len(items), count)  # the first ``more`` calls take one item more
+    bounds = [n * each + min(n, more) for n in range(count + 1)]
+    return [items[start:end] for start, end in pairwise(bounds)]
 
-    Return the answered batches (a prefix of ``batches``) and why the run stopped, if it did.
-    Other LLM errors propagate: the run then fails and applies nothing.
+
+def pack(groups: Sequence[G], per_call: int, new: Callable[[G], Iterable[int]]) -> list[list[G]]:
+    """Put whole groups into calls, in order, each call about at most ``per_call`` new items
+    (``new`` gives a group's); a group with more has a call of its own. The older memories a
+    group brings along are not counted: each is sent once per call, however many groups hold it.
     """
-    answered: list[tuple[B, R]] = []
-    for batch in batches:
-        try:
-            answered.append((batch, ask(batch)))
-        except BudgetExhausted as exc:
-            logger.warning("stopping after {} batch(es): {}", len(answered), exc)
-            return answered, f"budget exhausted: {exc}"
-        except RunLimitReached as exc:
-            logger.info("stopping after {} batch(es): {}", len(answered), exc)
-            return answered, str(exc)
-    return answered, None
-
-
-def chunks(items: Sequence[B], size: int) -> list[Sequence[B]]:
-    return [items[start : start + size] for start in range(0, len(items), size)]
+    calls: list[list[G]] = []
+    count = 0
+    for group in groups:
+        size = len(set(new(group)))
+        if calls and count + size <= per_call:
+            calls[-1].append(group)
+            count += size
+        else:
+            calls.append([group])
+            count = size
+    return calls
 
 
 def advance(old: int, seen: Iterable[int], unfinished: Iterable[int] = ()) -> int:
@@ -316,76 +367,19 @@ def advance(old: int, seen: Iterable[int], unfinished: Iterable[int] = ()) -> in
     return max([old, *seen])
 
 
-def memories_after(
-    repository: Repository,
-    namespace: str,
-    after_id: int,
-    *,
-    limit: int,
-    types: Sequence[str] | None = None,
-) -> list[MemoryView]:
-    """Return the active memories with id above ``after_id``, oldest id first."""
-    query = (
-        select(Memory)
-        .where(
-            Memory.namespace == namespace,
-            Memory.status == MemoryStatus.ACTIVE.value,
-            Memory.id > after_id,
-        )
-        .order_by(Memory.id)
-        .limit(limit)
-    )
-    if types is not None:
-        query = query.where(Memory.type.in_(list(types)))
-    with repository.reading() as session:
-        return [MemoryView.of(row) for row in session.scalars(query)]
-
-
-def active_views(
-    repository: Repository, namespace: str, ids: Iterable[int]
-) -> dict[int, MemoryView]:
-    """Return the active memories of the namespace among ``ids``, by id."""
-    rows = repository.active_memories(namespace, ids)
-    return {memory_id: MemoryView.of(row) for memory_id, row in rows.items()}
-
-
-def neighbours(
-    store: Store, namespace: str, seeds: Sequence[MemoryView], *, per_seed: int, threshold: float
-) -> list[Edge]:
-    """Return pairs (seed, other memory) at least ``threshold`` similar, strongest first.
-
-    Seeds are compared with each other directly (they may not be indexed yet) and with older
-    memories through the vector index. Returned ids may include inactive memories when the
-    index lags: callers keep only the ones SQL says are active.
-    """
-    if not seeds or per_seed <= 0:
-        return []
-    ids = [seed.id for seed in seeds]
-    vectors = store.embedder.embed([seed.content for seed in seeds])
-    best: dict[tuple[int, int], float] = {
-        (a, b): s for a, b, s in similar_pairs(ids, vectors, threshold)
-    }
-    for seed, vector in zip(seeds, vectors, strict=True):
-        found = 0
-        # One more than wanted: the seed itself, if indexed, is its own nearest hit.
-        for hit in store.index.query(namespace, vector, per_seed + 1):
-            if hit.memory_id == seed.id or hit.similarity < threshold:
-                continue
-            pair = (min(seed.id, hit.memory_id), max(seed.id, hit.memory_id))
-            best[pair] = max(best.get(pair, -1.0), hit.similarity)
-            found += 1
-            if found >= per_seed:
-                break
-    edges = [(a, b, s) for (a, b), s in best.items()]
-    return sorted(edges, key=lambda edge: (-edge[2], edge[0], edge[1]))
-
-
 def dropped_note(job: str, dropped: Iterable[int]) -> list[int]:
     """Log ids an LLM reply named that were not sent; return them sorted (for the stats)."""
     ids = sorted(set(dropped))
     if ids:
         logger.warning("{}: dropping ids the LLM named that were not in the batch: {}", job, ids)
     return ids
+
+
+def split_ids(referenced: Iterable[int], allowed: Iterable[int]) -> tuple[set[int], set[int]]:
+    """Given ids from an LLM reply and the ids that were sent, return (known, unknown)."""
+    wanted = set(referenced)
+    known = wanted & set(allowed)
+    return known, wanted - known
 
 
 def tidy_tags(tags: Iterable[str], limit: int = 5) -> tuple[str, ...]:
@@ -398,85 +392,51 @@ def tidy_tags(tags: Iterable[str], limit: int = 5) -> tuple[str, ...]:
     return tuple(out[:limit])
 
 
-# -- plans as JSON (pending plans wait in their record's stats) --------------------------------
-
-_OPERATIONS: dict[str, type[Any]] = {
-    cls.__name__: cls
-    for cls in (CreateMemory, UpdateMemory, SetStatus, CreateRelation, InheritRelations, Purge)
-}
-_TUPLES = frozenset({"tags", "replaces_in_timeline", "from_ids"})
+def is_trait(memory: MemoryView) -> bool:
+    """A trait is the soul mapper's: a preference whose metadata says ``trait: true``."""
+    return memory.metadata.get("trait") is True
 
 
-def encode_operation(op: Operation) -> dict[str, Any]:
-    data: dict[str, Any] = {"op": type(op).__name__}
-    for item in dataclasses.fields(op):
-        data[item.name] = _plain(getattr(op, item.name))
-    return data
+def prompt_time(moment: datetime) -> str:
+    """A time as the prompts show it: UTC, to the minute ("2026-03-01 12:00")."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def decode_operation(data: Mapping[str, Any]) -> Operation:
-    """Rebuild an operation from ``encode_operation``'s output. Raise ValueError if malformed."""
-    values = dict(data)
-    cls = _OPERATIONS.get(str(values.pop("op", "")))
-    if cls is None:
-        raise ValueError(f"unknown operation {data.get('op')!r}")
-    for name in _TUPLES & values.keys():
-        values[name] = tuple(values[name])
-    if "event_time" in values:
-        values["event_time"] = parse_timestamp(values["event_time"])
-    if "status" in values:
-        values["status"] = MemoryStatus(values["status"])
-    if cls is UpdateMemory and "event_time" in values["changes"]:
-        changes = dict(values["changes"])
-        changes["event_time"] = parse_timestamp(changes["event_time"])
-        values["changes"] = changes
-    op: Operation = cls(**values)
-    return op
+def prompt_day(moment: datetime) -> str:
+    """A day as the prompts show it: UTC ("2026-03-01")."""
+    return prompt_time(moment)[:10]
 
 
-def encode_changes(changes: Sequence[Change]) -> list[dict[str, Any]]:
-    return [
-        {"label": c.label, "operations": [encode_operation(op) for op in c.operations]}
-        for c in changes
-    ]
+def oldest_first(
+    memories: Iterable[MemoryView], *, with_type: bool = True, days: bool = False
+) -> list[dict[str, Any]]:
+    """The memories as data for a prompt (only ever placed inside a data block), oldest first.
+
+    Each has only what the prompts judge by: its id, type (unless ``with_type`` is false), time
+    (or day, if ``days``) and content; when it was recorded and its importance are left out, no
+    prompt uses them. A time is left out when it is the same as the memory before's, as the
+    prompts say: memories from one conversation share it, and it costs a dozen tokens.
+    """
+    key, show = ("day", prompt_day) if days else ("time", prompt_time)
+    shown: list[dict[str, Any]] = []
+    before = None
+    for memory in sorted(memories, key=lambda m: (m.event_time, m.id)):
+        data: dict[str, Any] = {"id": memory.id}
+        if with_type:
+            data["type"] = memory.type
+        when = show(memory.event_time)
+        if when != before:
+            data[key] = when
+        data["content"] = memory.content
+        shown.append(data)
+        before = when
+    return shown
 
 
-def decode_changes(data: Sequence[Mapping[str, Any]]) -> tuple[Change, ...]:
-    return tuple(
-        Change(
-            label=str(item["label"]),
-            operations=tuple(decode_operation(op) for op in item["operations"]),
-        )
-        for item in data
-    )
-
-
-def referenced_memories(operations: Iterable[Operation]) -> set[int]:
-    """Every existing memory id the operations name (to re-check them before approval)."""
-    ids: set[int] = set()
-    for op in operations:
-        if isinstance(op, UpdateMemory | Purge):
-            ids.add(op.memory_id)
-        elif isinstance(op, SetStatus):
-            ids.add(op.memory_id)
-            ids.update(r for r in (op.replaced_by,) if isinstance(r, int))
-        elif isinstance(op, CreateMemory):
-            ids.update(op.replaces_in_timeline)
-        elif isinstance(op, CreateRelation):
-            ids.update(r for r in (op.source, op.target) if isinstance(r, int))
-        else:
-            ids.update(op.from_ids)
-            ids.update(r for r in (op.to,) if isinstance(r, int))
-    return ids
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, MemoryStatus):
-        return value.value
-    if isinstance(value, tuple | list):
-        return [_plain(item) for item in value]
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    return value
+def listed_once(groups: Iterable[Iterable[MemoryView]]) -> list[MemoryView]:
+    """The memories of ``groups``, each once, in the order they first appear."""
+    seen: dict[int, MemoryView] = {}
+    for group in groups:
+        for memory in group:
+            seen.setdefault(memory.id, memory)
+    return list(seen.values())

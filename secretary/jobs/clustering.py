@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 Vectors = npt.NDArray[np.float32]
-Edge = tuple[int, int, float]  # (smaller id, larger id, cosine similarity)
+Pair = tuple[int, int, float]  # (smaller id, larger id, cosine similarity)
 
 
 def normalise(vectors: Sequence[Sequence[float]] | Sequence[Vectors] | Vectors) -> Vectors:
@@ -26,26 +26,26 @@ def normalise(vectors: Sequence[Sequence[float]] | Sequence[Vectors] | Vectors) 
     return unit
 
 
-def similar_pairs(ids: Sequence[int], vectors: Vectors, threshold: float) -> list[Edge]:
+def similar_pairs(ids: Sequence[int], vectors: Vectors, threshold: float) -> list[Pair]:
     """Return every pair of distinct ids whose vectors are at least ``threshold`` similar."""
     if len(ids) < 2:
         return []
     unit = normalise(vectors)
     sims = unit @ unit.T
-    out: list[Edge] = []
+    out: list[Pair] = []
     for i in range(len(ids)):
         for j in range(i + 1, len(ids)):
             if ids[i] != ids[j] and float(sims[i, j]) >= threshold:
                 a, b = sorted((ids[i], ids[j]))
                 out.append((a, b, float(sims[i, j])))
-    return sorted(set(out), key=_edge_order)
+    return sorted(set(out), key=_pair_order)
 
 
-def _edge_order(edge: Edge) -> tuple[float, int, int]:
+def _pair_order(edge: Pair) -> tuple[float, int, int]:
     return (-edge[2], edge[0], edge[1])
 
 
-def capped_groups(edges: Iterable[Edge], *, max_size: int) -> list[tuple[int, ...]]:
+def capped_groups(edges: Iterable[Pair], *, max_size: int) -> list[tuple[int, ...]]:
     """Join ids along edges, strongest first, never letting a group grow past ``max_size``.
 
     A plain connected-components pass can chain a whole namespace into one group; taking the
@@ -62,7 +62,7 @@ def capped_groups(edges: Iterable[Edge], *, max_size: int) -> list[tuple[int, ..
             node = parent[node]
         return node
 
-    for a, b, _ in sorted(edges, key=_edge_order):
+    for a, b, _ in sorted(edges, key=_pair_order):
         ra, rb = root(a), root(b)
         if ra != rb and size[ra] + size[rb] <= max_size:
             keep, gone = min(ra, rb), max(ra, rb)

@@ -13,62 +13,31 @@ summarised half-way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-
-from sqlalchemy import select
+from typing import Any
 
 from prompts.consolidator_schema import ConsolidatorReply
-from prompts.render import render
+from prompts.render import RenderedPrompt, render
 from secretary.jobs.base import (
+    Call,
     Change,
-    Job,
-    JobContext,
-    MemoryView,
-    Plan,
-    advance,
-    ask_each,
-    dropped_note,
-    memories_after,
+    Draft,
+    WatermarkJob,
+    is_trait,
+    oldest_first,
+    split_ids,
     tidy_tags,
 )
 from secretary.jobs.clustering import Fragment, cluster_fragments
-from secretary.jobs.guardrails import split_ids
-from store.models import Memory, MemoryStatus, MemoryType, RelationType
+from secretary.jobs.context import JobContext
+from store.kinds import MemoryStatus, MemoryType, RelationType
 from store.operations import CreateMemory, CreateRelation, InheritRelations, SetStatus
-from store.repository import Repository
+from store.views import MemoryView
 
 FRAGMENT_TYPE = MemoryType.EVENT.value
 # Older fragments read around the new ones, per new one, so that a cluster can take them in.
 _POOL_FACTOR = 4
-
-
-def events_between(
-    repository: Repository, namespace: str, start: datetime, end: datetime, limit: int
-) -> list[MemoryView]:
-    """Return the active events with start <= event_time <= end, in time order."""
-    query = (
-        select(Memory)
-        .where(
-            Memory.namespace == namespace,
-            Memory.status == MemoryStatus.ACTIVE.value,
-            Memory.type == FRAGMENT_TYPE,
-            Memory.event_time >= start,
-            Memory.event_time <= end,
-        )
-        .order_by(Memory.event_time, Memory.id)
-        .limit(limit)
-    )
-    with repository.reading() as session:
-        return [v for v in map(MemoryView.of, session.scalars(query)) if not v.is_trait]
-
-
-def fragment_for_prompt(memory: MemoryView) -> dict[str, object]:
-    return {
-        "id": memory.id,
-        "time": memory.event_time.isoformat(),
-        "type": memory.type,
-        "content": memory.content,
-    }
 
 
 def summary_change(key: str, reply: ConsolidatorReply, fragments: Sequence[MemoryView]) -> Change:
@@ -104,68 +73,111 @@ def summary_change(key: str, reply: ConsolidatorReply, fragments: Sequence[Memor
     )
 
 
-class Consolidator(Job):
-    name = "consolidator"
+@dataclass(kw_only=True)
+class Episodes:
+    """The settled new fragments' clusters, and what could not be summarised yet."""
 
-    def plan(self, ctx: JobContext) -> Plan:
-        config = ctx.jobs
-        watermark = ctx.watermark()
-        window = timedelta(minutes=config.consolidator_window_minutes)
-        new = memories_after(
-            ctx.repository,
-            ctx.namespace,
-            watermark,
-            limit=config.max_items_per_run,
-            types=(FRAGMENT_TYPE,),
+    clusters: list[tuple[int, ...]]
+    views: dict[int, MemoryView]
+    settled: set[int]
+    unsettled: list[int]
+    too_small: int = 0
+    summaries: list[Change] = field(default_factory=list)
+
+
+Cluster = tuple[int, ...]
+
+
+class Consolidator(WatermarkJob[MemoryView, Episodes, Cluster, ConsolidatorReply]):
+    name = "consolidator"
+    summary = "temporally close, similar event fragments -> one interaction_summary in their place"
+    default_cron = "0 3 * * *"
+    prompt_id = "consolidator"
+    reply_schema = ConsolidatorReply
+
+    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
+        return ctx.db.memories.after(
+            ctx.namespace, after, limit=ctx.jobs.max_items_per_run, types=(FRAGMENT_TYPE,)
         )
-        if not new:
-            return self.empty_plan(ctx)
+
+    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
+        found = ctx.db.memories.active(ctx.namespace, ids).values()
+        return sorted((m for m in found if m.type == FRAGMENT_TYPE), key=lambda m: m.id)
+
+    def id_of(self, item: MemoryView) -> int:
+        return item.id
+
+    def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> Episodes:
+        window = timedelta(minutes=ctx.jobs.consolidator_window_minutes)
         settled_until = ctx.now - window
         settled = [m for m in new if m.event_time <= settled_until]
-        unsettled = [m.id for m in new if m.event_time > settled_until]
         clusters, views = self._clusters(ctx, settled, window, settled_until)
-        if not ctx.llm.available:
-            # Clusters are found but left alone: a summary needs the LLM.
-            return self.empty_plan(
-                ctx, skipped="LLM not configured", stats={"clusters": len(clusters)}
+        return Episodes(
+            clusters=clusters,
+            views=views,
+            settled={m.id for m in settled},
+            unsettled=[m.id for m in new if m.event_time > settled_until],
+        )
+
+    def skip(
+        self, ctx: JobContext, work: Episodes, new: Sequence[MemoryView], draft: Draft
+    ) -> None:
+        # Clusters are found but left alone: a summary needs the LLM.
+        draft.skipped = "LLM not configured"
+        draft.stats["clusters"] = len(work.clusters)
+
+    def calls(
+        self, ctx: JobContext, work: Episodes, fresh: Sequence[MemoryView], draft: Draft
+    ) -> list[Call[Cluster]]:
+        return [
+            Call(about=cluster, ids=tuple(i for i in cluster if i in work.settled))
+            for cluster in work.clusters
+        ]
+
+    def prompt(self, ctx: JobContext, work: Episodes, call: Call[Cluster]) -> RenderedPrompt:
+        # Every fragment is an event: its type would tell the model nothing.
+        fragments = oldest_first((work.views[i] for i in call.about), with_type=False)
+        return render(self.prompt_id, fragments=fragments)
+
+    def collect(
+        self,
+        ctx: JobContext,
+        work: Episodes,
+        call: Call[Cluster],
+        reply: ConsolidatorReply,
+        number: int,
+        draft: Draft,
+    ) -> None:
+        known, unknown = split_ids(reply.source_ids, call.about)
+        draft.dropped.extend(unknown)
+        if len(known) < ctx.jobs.consolidator_min_fragments:
+            work.too_small += 1
+            draft.reject(
+                f"summary of {list(call.about)}",
+                f"covers {len(known)} fragment(s) that were sent, fewer than"
+                f" consolidator_min_fragments ({ctx.jobs.consolidator_min_fragments})",
             )
-        answered, stopped = ask_each(
-            ctx.llm,
-            clusters,
-            lambda cluster: ctx.llm.ask(
-                render("consolidator", fragments=[fragment_for_prompt(views[i]) for i in cluster]),
-                ConsolidatorReply,
-            ),
+            return
+        fragments = [work.views[i] for i in sorted(known)]
+        draft.changes.append(summary_change(f"s{number}", reply, fragments))
+
+    def finish(
+        self,
+        ctx: JobContext,
+        work: Episodes,
+        draft: Draft,
+        answered: Sequence[tuple[Call[Cluster], Any]],
+    ) -> None:
+        draft.stats.update(
+            clusters=len(work.clusters),
+            summaries=len(draft.changes),
+            clusters_too_small=work.too_small,
+            unsettled=len(work.unsettled),
         )
-        changes: list[Change] = []
-        dropped: list[int] = []
-        too_small = 0
-        for number, (cluster, reply) in enumerate(answered):
-            known, unknown = split_ids(reply.source_ids, cluster)
-            dropped.extend(unknown)
-            if len(known) < config.consolidator_min_fragments:
-                too_small += 1
-                continue
-            changes.append(summary_change(f"s{number}", reply, [views[i] for i in sorted(known)]))
-        settled_ids = {m.id for m in settled}
-        left = [i for cluster in clusters[len(answered) :] for i in cluster if i in settled_ids]
-        return Plan(
-            job=self.name,
-            namespace=ctx.namespace,
-            changes=tuple(changes),
-            job_state={
-                **ctx.state,
-                "watermark": advance(watermark, [m.id for m in new], [*left, *unsettled]),
-            },
-            stats={
-                "clusters": len(clusters),
-                "summaries": len(changes),
-                "clusters_too_small": too_small,
-                "unsettled": len(unsettled),
-                "dropped_ids": dropped_note(self.name, dropped),
-            },
-            stopped=stopped,
-        )
+
+    def unfinished(self, ctx: JobContext, work: Episodes) -> list[int]:
+        # Fragments whose window has not passed yet: the episode may still be going on.
+        return work.unsettled
 
     def _clusters(
         self,
@@ -178,13 +190,17 @@ class Consolidator(Job):
         if not settled:
             return [], {}
         config = ctx.jobs
-        pool = events_between(
-            ctx.repository,
-            ctx.namespace,
-            min(m.event_time for m in settled) - window,
-            min(max(m.event_time for m in settled) + window, settled_until),
-            limit=len(settled) * _POOL_FACTOR + config.consolidator_max_fragments,
-        )
+        pool = [
+            m
+            for m in ctx.db.memories.between(
+                ctx.namespace,
+                FRAGMENT_TYPE,
+                min(m.event_time for m in settled) - window,
+                min(max(m.event_time for m in settled) + window, settled_until),
+                limit=len(settled) * _POOL_FACTOR + config.consolidator_max_fragments,
+            )
+            if not is_trait(m)
+        ]
         views = {m.id: m for m in [*pool, *settled]}
         ordered = sorted(views.values(), key=lambda m: (m.event_time, m.id))
         vectors = ctx.store.embedder.embed([m.content for m in ordered])

@@ -8,82 +8,46 @@ watermark moves only over batches whose reply was used, so nothing is read twice
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
 from prompts.extractor_schema import ExtractedMemory, ExtractorReply
-from prompts.render import render
+from prompts.render import RenderedPrompt, render
 from secretary.jobs.base import (
+    Call,
     Change,
-    Job,
-    JobContext,
-    Plan,
-    advance,
-    ask_each,
+    Draft,
+    WatermarkJob,
     chunks,
-    dropped_note,
+    prompt_time,
+    split_ids,
     tidy_tags,
 )
-from secretary.jobs.guardrails import split_ids
-from store.models import ConversationLog, Memory
+from secretary.jobs.context import JobContext
 from store.operations import CreateMemory
-from store.repository import Repository
 from store.text import content_hash
+from store.views import LogView
+
+Lines = Sequence[LogView]
 
 
-@dataclass(frozen=True, kw_only=True)
-class LogLine:
-    id: int
-    session_id: str
-    role: str
-    content: str
-    timestamp: datetime
-
-    def for_prompt(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "time": self.timestamp.isoformat(),
-            "role": self.role,
-            "text": self.content,
-        }
-
-
-def logs_after(repository: Repository, namespace: str, after_id: int, limit: int) -> list[LogLine]:
-    query = (
-        select(ConversationLog)
-        .where(ConversationLog.namespace == namespace, ConversationLog.id > after_id)
-        .order_by(ConversationLog.id)
-        .limit(limit)
-    )
-    with repository.reading() as session:
-        return [
-            LogLine(
-                id=row.id,
-                session_id=row.session_id,
-                role=row.role,
-                content=row.content,
-                timestamp=row.timestamp,
-            )
-            for row in session.scalars(query)
-        ]
-
-
-def existing_hashes(repository: Repository, namespace: str, hashes: Sequence[str]) -> set[str]:
-    """Return which content hashes the namespace already holds (any status)."""
-    if not hashes:
-        return set()
-    query = select(Memory.content_hash).where(
-        Memory.namespace == namespace, Memory.content_hash.in_(sorted(set(hashes)))
-    )
-    with repository.reading() as session:
-        return set(session.scalars(query))
+def lines_for_prompt(lines: Lines) -> list[dict[str, Any]]:
+    """The lines as data for the prompt, in order; a line's time is left out when it is the
+    same as the line before's (the prompt says so), as it is along most of a conversation."""
+    shown: list[dict[str, Any]] = []
+    before = None
+    for line in lines:
+        time = prompt_time(line.timestamp)
+        item: dict[str, Any] = {"id": line.id}
+        if time != before:
+            item["time"] = time
+        shown.append(item | {"role": line.role, "text": line.content})
+        before = time
+    return shown
 
 
 def memory_ops(
-    key: str, extracted: ExtractedMemory, lines: Sequence[LogLine]
+    key: str, extracted: ExtractedMemory, lines: Lines
 ) -> tuple[CreateMemory, list[int]] | None:
     """Turn one extracted memory into a CreateMemory, citing only lines of its batch.
 
@@ -108,63 +72,85 @@ def memory_ops(
     return create, sorted(unknown)
 
 
-class Extractor(Job):
-    name = "extractor"
-    needs_llm = True
+@dataclass
+class Extracted:
+    creates: list[CreateMemory] = field(default_factory=list)
+    uncited: int = 0
 
-    def plan(self, ctx: JobContext) -> Plan:
-        watermark = ctx.watermark()
-        lines = logs_after(ctx.repository, ctx.namespace, watermark, ctx.jobs.max_items_per_run)
-        if not lines:
-            return self.empty_plan(ctx)
-        if not ctx.llm.available:
-            return self.empty_plan(ctx, skipped="LLM not configured", stats={"pending": len(lines)})
-        batches = chunks(lines, ctx.jobs.batch_size)
-        answered, stopped = ask_each(
-            ctx.llm,
-            batches,
-            lambda batch: ctx.llm.ask(
-                render(
-                    "extractor",
-                    today=ctx.now.date(),
-                    lines=[line.for_prompt() for line in batch],
-                ),
-                ExtractorReply,
-            ),
-        )
-        creates: list[CreateMemory] = []
-        dropped: list[int] = []
-        uncited = 0
-        for number, (batch, reply) in enumerate(answered):
-            for index, extracted in enumerate(reply.memories):
-                made = memory_ops(f"b{number}m{index}", extracted, batch)
-                if made is None:
-                    uncited += 1
-                    dropped.extend(extracted.source_log_ids)
-                    continue
-                creates.append(made[0])
-                dropped.extend(made[1])
-        present = existing_hashes(
-            ctx.repository, ctx.namespace, [content_hash(c.content) for c in creates]
-        )
-        fresh = [c for c in creates if content_hash(c.content) not in present]
-        done = [line.id for batch, _ in answered for line in batch]
-        left = [line.id for batch in batches[len(answered) :] for line in batch]
-        changes = tuple(
+
+class Extractor(WatermarkJob[LogView, Extracted, Lines, ExtractorReply]):
+    name = "extractor"
+    summary = "conversation logs since its watermark -> memories linked into the timeline"
+    default_cron = "*/15 * * * *"
+    needs_llm = True
+    prompt_id = "extractor"
+    reply_schema = ExtractorReply
+
+    def read(self, ctx: JobContext, after: int) -> Sequence[LogView]:
+        return ctx.db.work.logs_after(ctx.namespace, after, limit=ctx.jobs.max_items_per_run)
+
+    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[LogView]:
+        return ctx.db.work.logs(ctx.namespace, ids)
+
+    def id_of(self, item: LogView) -> int:
+        return item.id
+
+    def prepare(self, ctx: JobContext, new: Sequence[LogView]) -> Extracted:
+        return Extracted()
+
+    def calls(
+        self, ctx: JobContext, work: Extracted, fresh: Sequence[LogView], draft: Draft
+    ) -> list[Call[Lines]]:
+        return [
+            Call(about=batch, ids=tuple(line.id for line in batch))
+            for batch in chunks(fresh, ctx.jobs.batch_size)
+        ]
+
+    def prompt(self, ctx: JobContext, work: Extracted, call: Call[Lines]) -> RenderedPrompt:
+        return render(self.prompt_id, today=ctx.now.date(), lines=lines_for_prompt(call.about))
+
+    def collect(
+        self,
+        ctx: JobContext,
+        work: Extracted,
+        call: Call[Lines],
+        reply: ExtractorReply,
+        number: int,
+        draft: Draft,
+    ) -> None:
+        for index, extracted in enumerate(reply.memories):
+            made = memory_ops(f"b{number}m{index}", extracted, call.about)
+            if made is None:
+                work.uncited += 1
+                draft.dropped.extend(extracted.source_log_ids)
+                draft.reject(
+                    f"memory {extracted.content[:60]!r}",
+                    f"cites no log line of its batch ({extracted.source_log_ids})",
+                )
+                continue
+            work.creates.append(made[0])
+            draft.dropped.extend(made[1])
+
+    def finish(
+        self,
+        ctx: JobContext,
+        work: Extracted,
+        draft: Draft,
+        answered: Sequence[tuple[Call[Lines], Any]],
+    ) -> None:
+        hashes = [content_hash(c.content) for c in work.creates]
+        present = {
+            m.content_hash
+            for m in ctx.db.memories.with_hashes(ctx.namespace, hashes, active_only=False)
+        }
+        fresh = [c for c in work.creates if content_hash(c.content) not in present]
+        draft.changes.extend(
             Change(label=f"extract {list(c.metadata['source_log_ids'])}", operations=(c,))
             for c in fresh
         )
-        return Plan(
-            job=self.name,
-            namespace=ctx.namespace,
-            changes=changes,
-            job_state={**ctx.state, "watermark": advance(watermark, done, left)},
-            stats={
-                "logs_read": len(done),
-                "memories": len(fresh),
-                "already_present": len(creates) - len(fresh),
-                "uncited_memories": uncited,
-                "dropped_ids": dropped_note(self.name, dropped),
-            },
-            stopped=stopped,
+        draft.stats.update(
+            logs_read=sum(len(call.ids) for call, _ in answered),
+            memories=len(fresh),
+            already_present=len(work.creates) - len(fresh),
+            uncited_memories=work.uncited,
         )

@@ -1,6 +1,7 @@
 """Guardrails on a plan, as pure functions over values: protection, the change cap, reply ids.
 
 The runner applies them between ``plan()`` and ``apply()``; nothing here reads or writes.
+Which memories a plan changes is ``store.operations.changed_ids``.
 """
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from secretary.config import GuardrailSettings
-from store.models import MemoryStatus
-from store.operations import CreateMemory, Operation, Purge, SetStatus, UpdateMemory
+from secretary.jobs.settings import GuardrailSettings
+from store.operations import Operation, Purge, changed_ids
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,19 +52,6 @@ def protected_ids(
     return out
 
 
-def retired_or_rewritten(operations: Iterable[Operation]) -> set[int]:
-    """Return the existing memories the operations merge, supersede, archive or rewrite."""
-    ids: set[int] = set()
-    for op in operations:
-        if isinstance(op, SetStatus | UpdateMemory):
-            if isinstance(op, UpdateMemory) or op.status != MemoryStatus.ACTIVE:
-                ids.add(op.memory_id)
-        elif isinstance(op, CreateMemory):
-            # Taking a memory's place in the timeline only happens when it is merged away.
-            ids.update(op.replaces_in_timeline)
-    return ids
-
-
 def drop_protected(changes: Sequence[Sequence[Operation]], protected: Collection[int]) -> Filtered:
     """Keep the changes that leave protected memories alone; a change stands or falls whole.
 
@@ -75,7 +62,7 @@ def drop_protected(changes: Sequence[Sequence[Operation]], protected: Collection
     dropped: list[int] = []
     hit: set[int] = set()
     for index, operations in enumerate(changes):
-        touched = retired_or_rewritten(operations) & set(protected)
+        touched = changed_ids(operations) & set(protected)
         if touched:
             dropped.append(index)
             hit.update(touched)
@@ -94,7 +81,7 @@ def count_changes(operations: Iterable[Operation]) -> ChangeCount:
     """Count what a plan does to memories that already exist (creations do not count)."""
     ops = list(operations)
     purged = {op.memory_id for op in ops if isinstance(op, Purge)}
-    return ChangeCount(existing=len(retired_or_rewritten(ops) - purged), purged=len(purged))
+    return ChangeCount(existing=len(changed_ids(ops) - purged), purged=len(purged))
 
 
 def cap_refusal(count: ChangeCount, active: int, settings: GuardrailSettings) -> str | None:
@@ -126,10 +113,3 @@ def needs_approval(mode: str, operations: Sequence[Operation]) -> bool:
         count = count_changes(operations)
         return count.existing + count.purged > 0
     return False
-
-
-def split_ids(referenced: Iterable[int], allowed: Collection[int]) -> tuple[set[int], set[int]]:
-    """Given ids from an LLM reply and the ids that were sent, return (known, unknown)."""
-    wanted = set(referenced)
-    known = wanted & set(allowed)
-    return known, wanted - known

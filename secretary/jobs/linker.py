@@ -10,44 +10,45 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prompts.linker_schema import LinkerReply
-from prompts.render import render
+from prompts.render import RenderedPrompt, render
 from secretary.jobs.base import (
+    LLM_NOT_CONFIGURED,
+    Call,
     Change,
-    Job,
-    JobContext,
-    MemoryView,
-    Plan,
-    active_views,
-    advance,
-    ask_each,
-    dropped_note,
-    memories_after,
-    neighbours,
+    Draft,
+    WatermarkJob,
+    listed_once,
+    oldest_first,
+    pack,
+    split_ids,
 )
-from secretary.jobs.clustering import Edge
-from secretary.jobs.guardrails import split_ids
-from store.models import RelationType
+from secretary.jobs.clustering import Pair
+from secretary.jobs.context import JobContext
+from secretary.jobs.neighbours import neighbours
+from store.kinds import RelationType
 from store.operations import CreateRelation
+from store.views import MemoryView
 
 ASSOCIATIVE = RelationType.ASSOCIATIVE.value
 
 
 def associative_edges(
     seeds: Sequence[int],
-    edges: Iterable[Edge],
+    edges: Iterable[Pair],
     *,
     max_per_memory: int,
     existing: set[tuple[int, int]],
-) -> list[Edge]:
+) -> list[Pair]:
     """Pick each seed's strongest edges (at most ``max_per_memory``) that do not exist yet."""
-    by_seed: dict[int, list[Edge]] = {seed: [] for seed in seeds}
+    by_seed: dict[int, list[Pair]] = {seed: [] for seed in seeds}
     for edge in edges:
         for end in edge[:2]:
             if end in by_seed:
                 by_seed[end].append(edge)
-    chosen: dict[tuple[int, int], Edge] = {}
+    chosen: dict[tuple[int, int], Pair] = {}
     for seed in sorted(by_seed):
         ranked = sorted(by_seed[seed], key=lambda e: (-e[2], e[0], e[1]))
         for edge in ranked[:max_per_memory]:
@@ -58,9 +59,13 @@ def associative_edges(
 
 @dataclass(frozen=True, kw_only=True)
 class Group:
-    """A new memory with its neighbours, judged together by the LLM."""
+    """New memories with their neighbours, judged together by the LLM.
 
-    seed: int
+    ``seeds`` are the new memories the group settles: its first member, and the new memories
+    whose own group would have held nothing but members of this one.
+    """
+
+    seeds: tuple[int, ...]
     members: tuple[MemoryView, ...]
 
     @property
@@ -69,46 +74,48 @@ class Group:
 
 
 def typed_groups(
-    seeds: Sequence[MemoryView], edges: Sequence[Edge], views: Mapping[int, MemoryView], size: int
+    seeds: Sequence[MemoryView], edges: Sequence[Pair], views: Mapping[int, MemoryView], size: int
 ) -> list[Group]:
-    """Return each seed with its strongest active neighbours (seeds without any are left out)."""
-    groups: list[Group] = []
-    seen: set[frozenset[int]] = set()
+    """Return each seed with its strongest active neighbours (seeds without any are left out).
+
+    A group whose members all belong to a larger group is folded into it: every relation it
+    could propose can be proposed there, so sending it too would only repeat the question.
+    """
+    candidates: list[Group] = []
     for seed in seeds:
         near = [b if a == seed.id else a for a, b, _ in edges if seed.id in (a, b)]
         members = [seed, *(views[i] for i in near if i in views)][:size]
-        key = frozenset(m.id for m in members)
-        if len(members) > 1 and key not in seen:
-            seen.add(key)
-            groups.append(Group(seed=seed.id, members=tuple(members)))
-    return groups
-
-
-def pack(groups: Sequence[Group], per_call: int) -> list[list[Group]]:
-    """Put whole groups into calls of about ``per_call`` memories each."""
-    calls: list[list[Group]] = []
-    count = 0
-    for group in groups:
-        if calls and count + len(group.members) <= per_call:
-            calls[-1].append(group)
-            count += len(group.members)
+        if len(members) > 1:
+            candidates.append(Group(seeds=(seed.id,), members=tuple(members)))
+    kept: dict[int, Group] = {}  # by position in ``candidates``
+    for position in sorted(range(len(candidates)), key=lambda n: -len(candidates[n].members)):
+        group = candidates[position]
+        home = next((n for n, k in kept.items() if group.ids <= k.ids), None)
+        if home is None:
+            kept[position] = group
         else:
-            calls.append([group])
-            count = len(group.members)
-    return calls
+            kept[home] = Group(seeds=kept[home].seeds + group.seeds, members=kept[home].members)
+    return [kept[n] for n in sorted(kept)]
 
 
 def typed_changes(
-    batch: Sequence[Group], reply: LinkerReply, existing: set[tuple[int, int, str]]
-) -> tuple[list[Change], list[int]]:
+    batch: Sequence[Group], reply: LinkerReply, existing: set[tuple[int, int, str]], draft: Draft
+) -> list[Change]:
     """Keep the proposed relations whose two ends are in one group of the batch."""
     sent = set().union(*(g.ids for g in batch))
     _, unknown = split_ids(reply.referenced_ids(), sent)
+    draft.dropped.extend(unknown)
     changes: list[Change] = []
     for relation in reply.relations:
         ends = {relation.source_id, relation.target_id}
         key = (relation.source_id, relation.target_id, relation.type)
-        if not any(ends <= g.ids for g in batch) or key in existing:
+        if not any(ends <= g.ids for g in batch):
+            draft.reject(
+                f"{relation.type} #{relation.source_id} -> #{relation.target_id}",
+                "its ends are not both in one group that was sent",
+            )
+            continue
+        if key in existing:
             continue
         existing.add(key)
         changes.append(
@@ -125,80 +132,122 @@ def typed_changes(
                 ),
             )
         )
-    return changes, sorted(unknown)
+    return changes
 
 
-class Linker(Job):
+@dataclass(kw_only=True)
+class Neighbourhood:
+    """The new memories' active neighbours and the relations that exist among them."""
+
+    edges: list[Pair]
+    views: dict[int, MemoryView]
+    present: set[tuple[int, int, str]]
+    typed: int = 0
+
+
+Batch = Sequence[Group]
+
+
+class Linker(WatermarkJob[MemoryView, Neighbourhood, Batch, LinkerReply]):
     name = "linker"
+    summary = "new memories -> associative edges from embedding neighbours; causal/thematic edges"
+    default_cron = "20 * * * *"
     uses_index = True
+    deterministic_watermark = "watermark"
+    llm_watermark = "typed_watermark"
+    prompt_id = "linker"
+    reply_schema = LinkerReply
 
-    def plan(self, ctx: JobContext) -> Plan:
+    def wants_llm(self, ctx: JobContext) -> bool:
+        return ctx.jobs.linker_typed
+
+    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
+        return ctx.db.memories.after(ctx.namespace, after, limit=ctx.jobs.max_items_per_run)
+
+    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
+        return sorted(ctx.db.memories.active(ctx.namespace, ids).values(), key=lambda m: m.id)
+
+    def id_of(self, item: MemoryView) -> int:
+        return item.id
+
+    def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> Neighbourhood:
         config = ctx.jobs
-        watermark = ctx.watermark()
-        typed_mark = ctx.watermark("typed_watermark")
-        typed_on = config.linker_typed and ctx.llm.available
-        start = min(watermark, typed_mark) if typed_on else watermark
-        seeds = memories_after(ctx.repository, ctx.namespace, start, limit=config.max_items_per_run)
-        if not seeds:
-            return self.empty_plan(ctx)
         edges = neighbours(
             ctx.store,
             ctx.namespace,
-            seeds,
+            new,
             per_seed=max(config.linker_max_edges, 1),
             threshold=config.linker_threshold,
         )
-        views = active_views(ctx.repository, ctx.namespace, {i for e in edges for i in e[:2]})
-        edges = [e for e in edges if e[0] in views and e[1] in views]
+        views = ctx.db.memories.active(ctx.namespace, {i for e in edges for i in e[:2]})
         present = {
             (e.source_id, e.target_id, e.type)
-            for e in ctx.repository.edges(ctx.namespace, [s.id for s in seeds])
+            for e in ctx.db.search.edges(ctx.namespace, [s.id for s in new])
         }
-        assoc_seeds = [s.id for s in seeds if s.id > watermark]
+        kept = [e for e in edges if e[0] in views and e[1] in views]
+        return Neighbourhood(edges=kept, views=views, present=present)
+
+    def settle(
+        self, ctx: JobContext, work: Neighbourhood, fresh: Sequence[MemoryView], draft: Draft
+    ) -> None:
+        seeds = [s.id for s in fresh]
         linked = associative_edges(
-            assoc_seeds,
-            edges,
-            max_per_memory=config.linker_max_edges,
-            existing={(min(s, t), max(s, t)) for s, t, ty in present if ty == ASSOCIATIVE},
+            seeds,
+            work.edges,
+            max_per_memory=ctx.jobs.linker_max_edges,
+            existing={(min(s, t), max(s, t)) for s, t, ty in work.present if ty == ASSOCIATIVE},
         )
-        changes = [
+        draft.changes.extend(
             Change(
                 label=f"associate #{a} #{b}",
                 operations=(CreateRelation(source=a, target=b, type=ASSOCIATIVE, strength=s),),
             )
             for a, b, s in linked
-        ]
-        state = {**ctx.state, "watermark": advance(watermark, assoc_seeds)}
-        stats: dict[str, object] = {"new_memories": len(assoc_seeds), "associative": len(linked)}
-        stopped = None
-        if typed_on:
-            typed_seeds = [s for s in seeds if s.id > typed_mark]
-            groups = typed_groups(typed_seeds, edges, views, config.linker_max_edges + 1)
-            calls = pack(groups, config.batch_size)
-            answered, stopped = ask_each(
-                ctx.llm,
-                calls,
-                lambda batch: ctx.llm.ask(
-                    render("linker", groups=[[m.for_prompt() for m in g.members] for g in batch]),
-                    LinkerReply,
-                ),
-            )
-            dropped: list[int] = []
-            typed = 0
-            for batch, reply in answered:
-                made, unknown = typed_changes(batch, reply, present)
-                changes.extend(made)
-                dropped.extend(unknown)
-                typed += len(made)
-            left = [g.seed for batch in calls[len(answered) :] for g in batch]
-            state["typed_watermark"] = advance(typed_mark, [s.id for s in typed_seeds], left)
-            stats |= {"typed": typed, "dropped_ids": dropped_note(self.name, dropped)}
-        return Plan(
-            job=self.name,
-            namespace=ctx.namespace,
-            changes=tuple(changes),
-            job_state=state,
-            stats=stats,
-            skipped=None if typed_on or not config.linker_typed else "LLM not configured",
-            stopped=stopped,
         )
+        draft.stats.update(new_memories=len(seeds), associative=len(linked))
+
+    def skip(
+        self, ctx: JobContext, work: Neighbourhood, new: Sequence[MemoryView], draft: Draft
+    ) -> None:
+        draft.skipped = LLM_NOT_CONFIGURED
+
+    def calls(
+        self, ctx: JobContext, work: Neighbourhood, fresh: Sequence[MemoryView], draft: Draft
+    ) -> list[Call[Batch]]:
+        size = ctx.jobs.linker_max_edges + 1
+        groups = typed_groups(fresh, work.edges, work.views, size)
+        return [
+            Call(about=batch, ids=tuple(sorted(i for g in batch for i in g.seeds)))
+            # A group is one question: a new memory with its neighbours (and the new memories
+            # folded into it, whose questions it holds).
+            for batch in pack(groups, ctx.jobs.batch_size, lambda g: g.seeds[:1])
+        ]
+
+    def prompt(self, ctx: JobContext, work: Neighbourhood, call: Call[Batch]) -> RenderedPrompt:
+        # Groups share neighbours: each memory is listed once, and a group is its ids, the new
+        # memory first. Types are left out: relations are judged by content and time.
+        memories = oldest_first(listed_once(g.members for g in call.about), with_type=False)
+        groups = [[m.id for m in group.members] for group in call.about]
+        return render(self.prompt_id, memories=memories, groups=groups)
+
+    def collect(
+        self,
+        ctx: JobContext,
+        work: Neighbourhood,
+        call: Call[Batch],
+        reply: LinkerReply,
+        number: int,
+        draft: Draft,
+    ) -> None:
+        made = typed_changes(call.about, reply, work.present, draft)
+        draft.changes.extend(made)
+        work.typed += len(made)
+
+    def finish(
+        self,
+        ctx: JobContext,
+        work: Neighbourhood,
+        draft: Draft,
+        answered: Sequence[tuple[Call[Batch], Any]],
+    ) -> None:
+        draft.stats["typed"] = work.typed

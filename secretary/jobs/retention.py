@@ -1,53 +1,38 @@
 """retention: purge tombstones (superseded, merged, archived) older than the undo window.
 
 Until then every change that made them tombstones can be undone; after it, the rows go (with
-their relations and timeline place) while the maintenance records stay. No LLM, no watermark:
+their relations and timeline place) and so does their text in every record's before/after
+images, while the maintenance records stay (a diff says the text was purged). No LLM, no watermark:
 tombstones are found by status and age, oldest first, at most the change cap per run.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Iterator
+from datetime import timedelta
 
-from sqlalchemy import select
-
-from secretary.jobs.base import Change, Job, JobContext, Plan
-from store.models import Memory, MemoryStatus
+from secretary.jobs.base import Change, Job, Plan
+from secretary.jobs.context import JobContext
 from store.operations import Purge
-from store.repository import Repository
 
-TOMBSTONES = (MemoryStatus.SUPERSEDED.value, MemoryStatus.MERGED.value, MemoryStatus.ARCHIVED.value)
 # Purges per run when the change cap is off.
 _DEFAULT_LIMIT = 1000
 
 
-def tombstones_before(
-    repository: Repository, namespace: str, cutoff: datetime, limit: int
-) -> list[int]:
-    """Return ids of tombstones last changed before ``cutoff``, oldest first."""
-    query = (
-        select(Memory.id)
-        .where(
-            Memory.namespace == namespace,
-            Memory.status.in_(TOMBSTONES),
-            Memory.updated_at < cutoff,
-        )
-        .order_by(Memory.updated_at, Memory.id)
-        .limit(limit)
-    )
-    with repository.reading() as session:
-        return list(session.scalars(query))
-
-
 class Retention(Job):
     name = "retention"
+    summary = (
+        "removes tombstones older than the undo window (30 days) and their text from records' "
+        "images; records stay"
+    )
+    default_cron = "30 2 * * *"
 
-    def plan(self, ctx: JobContext) -> Plan:
+    def parts(self, ctx: JobContext) -> Iterator[Plan]:
         cutoff = ctx.now - timedelta(days=ctx.jobs.retention_undo_days)
         # Stay within the cap so that retention is never refused for its own backlog.
-        limit = ctx.settings.guardrails.max_changes_per_run or _DEFAULT_LIMIT
-        ids = tombstones_before(ctx.repository, ctx.namespace, cutoff, limit)
-        return Plan(
+        limit = ctx.guardrails.max_changes_per_run or _DEFAULT_LIMIT
+        ids = ctx.db.memories.tombstones_before(ctx.namespace, cutoff, limit=limit)
+        yield Plan(
             job=self.name,
             namespace=ctx.namespace,
             changes=tuple(

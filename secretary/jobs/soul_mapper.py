@@ -11,52 +11,35 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
-from prompts.render import render
+from prompts.render import RenderedPrompt, render
 from prompts.soul_mapper_schema import ProposedTrait, SoulMapperReply
 from secretary.jobs.base import (
+    Call,
     Change,
-    Job,
-    JobContext,
-    MemoryView,
-    Plan,
-    advance,
-    ask_each,
+    Draft,
+    WatermarkJob,
     chunks,
-    dropped_note,
-    memories_after,
+    is_trait,
+    oldest_first,
+    prompt_day,
 )
-from store.models import Memory, MemoryStatus, MemoryType, RelationType
+from secretary.jobs.context import JobContext
+from store.kinds import MemoryStatus, MemoryType, RelationType
 from store.operations import CreateMemory, CreateRelation, InheritRelations, Operation, SetStatus
-from store.repository import Repository
+from store.views import MemoryView
 
 EVIDENCE_TYPES = (MemoryType.EVENT.value, MemoryType.FACT.value)
 TRAIT_TAG = "trait"
 
 
-def current_traits(repository: Repository, namespace: str, limit: int) -> list[MemoryView]:
+def current_traits(ctx: JobContext, limit: int) -> list[MemoryView]:
     """Return the active traits, most recently changed first."""
     if limit <= 0:
         return []
-    query = (
-        select(Memory)
-        .where(
-            Memory.namespace == namespace,
-            Memory.status == MemoryStatus.ACTIVE.value,
-            Memory.type == MemoryType.PREFERENCE.value,
-        )
-        .order_by(Memory.updated_at.desc(), Memory.id.desc())
+    preferences = ctx.db.memories.of_type(
+        ctx.namespace, MemoryType.PREFERENCE.value, order="recently_changed"
     )
-    found: list[MemoryView] = []
-    with repository.reading() as session:
-        for row in session.scalars(query):
-            view = MemoryView.of(row)
-            if view.is_trait:
-                found.append(view)
-                if len(found) >= limit:
-                    break
-    return found
+    return [p for p in preferences if is_trait(p)][:limit]
 
 
 def trait_for_prompt(trait: MemoryView) -> dict[str, Any]:
@@ -64,7 +47,7 @@ def trait_for_prompt(trait: MemoryView) -> dict[str, Any]:
         "id": trait.id,
         "trait": trait.content,
         "confidence": trait.metadata.get("confidence"),
-        "since": trait.event_time.isoformat(),
+        "since": prompt_day(trait.event_time),
     }
 
 
@@ -81,6 +64,8 @@ class Traits:
     changes: list[Change] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     conflicts: int = 0
+    # Traits left out, each {"item": ..., "reason": ...}.
+    rejected: list[dict[str, Any]] = field(default_factory=list)
     _revised: set[int] = field(default_factory=set)
 
     def add(self, batch: Sequence[MemoryView], reply: SoulMapperReply, number: int) -> None:
@@ -89,13 +74,17 @@ class Traits:
             cited = [i for i in dict.fromkeys(proposed.evidence_ids) if i in evidence]
             self.dropped.extend(i for i in proposed.evidence_ids if i not in evidence)
             previous = proposed.updates_trait_id
+            item = f"trait {proposed.trait.strip()[:60]!r}"
             if previous is not None and previous not in self.traits:
                 self.dropped.append(previous)
+                self._reject(item, f"revises #{previous}, which is not a trait that was shown")
                 continue
             if not cited:
+                self._reject(item, "cites no memory that was sent")
                 continue
             if previous is not None and previous in self._revised:
                 self.conflicts += 1  # two revisions of one trait in a run: keep the first
+                self._reject(item, f"a second revision of trait #{previous} in one run")
                 continue
             key = f"t{number}_{index}"
             self.changes.append(
@@ -103,6 +92,9 @@ class Traits:
             )
             if previous is not None:
                 self._revised.add(previous)
+
+    def _reject(self, item: str, reason: str) -> None:
+        self.rejected.append({"item": item, "reason": reason})
 
 
 def _trait_change(
@@ -147,59 +139,83 @@ def _trait_change(
     return Change(label=f"{label}: {proposed.trait.strip()[:60]}", operations=tuple(ops))
 
 
-class SoulMapper(Job):
-    name = "soul_mapper"
-    needs_llm = True
+@dataclass(kw_only=True)
+class TraitWork:
+    """The traits shown to the model, and the traits made from its replies so far."""
 
-    def plan(self, ctx: JobContext) -> Plan:
-        config = ctx.jobs
-        watermark = ctx.watermark()
-        evidence = memories_after(
-            ctx.repository,
-            ctx.namespace,
-            watermark,
-            limit=config.max_items_per_run,
-            types=EVIDENCE_TYPES,
+    shown: list[dict[str, Any]]
+    traits: Traits
+
+
+Batch = Sequence[MemoryView]
+
+
+class SoulMapper(WatermarkJob[MemoryView, TraitWork, Batch, SoulMapperReply]):
+    name = "soul_mapper"
+    summary = "events and facts -> long-term traits as preference memories with their evidence"
+    default_cron = "0 5 * * 0"
+    needs_llm = True
+    prompt_id = "soul_mapper"
+    reply_schema = SoulMapperReply
+
+    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
+        return ctx.db.memories.after(
+            ctx.namespace, after, limit=ctx.jobs.max_items_per_run, types=EVIDENCE_TYPES
         )
-        if not evidence:
-            return self.empty_plan(ctx)
+
+    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
+        found = ctx.db.memories.active(ctx.namespace, ids).values()
+        return sorted((m for m in found if m.type in EVIDENCE_TYPES), key=lambda m: m.id)
+
+    def id_of(self, item: MemoryView) -> int:
+        return item.id
+
+    def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> TraitWork:
         if not ctx.llm.available:
-            return self.empty_plan(
-                ctx, skipped="LLM not configured", stats={"pending": len(evidence)}
-            )
-        traits = current_traits(ctx.repository, ctx.namespace, config.soul_mapper_max_traits)
-        shown = [trait_for_prompt(t) for t in traits]
-        batches = chunks(evidence, config.batch_size)
-        answered, stopped = ask_each(
-            ctx.llm,
-            batches,
-            lambda batch: ctx.llm.ask(
-                render(
-                    "soul_mapper",
-                    today=ctx.now.date(),
-                    traits=shown,
-                    memories=[m.for_prompt() for m in batch],
-                ),
-                SoulMapperReply,
-            ),
+            return TraitWork(shown=[], traits=Traits(traits={}))
+        traits = current_traits(ctx, ctx.jobs.soul_mapper_max_traits)
+        return TraitWork(
+            shown=[trait_for_prompt(t) for t in traits],
+            traits=Traits(traits={t.id: t for t in traits}),
         )
-        made = Traits(traits={t.id: t for t in traits})
-        for number, (batch, reply) in enumerate(answered):
-            made.add(batch, reply, number)
-        left = [m.id for batch in batches[len(answered) :] for m in batch]
-        return Plan(
-            job=self.name,
-            namespace=ctx.namespace,
-            changes=tuple(made.changes),
-            job_state={
-                **ctx.state,
-                "watermark": advance(watermark, [m.id for m in evidence], left),
-            },
-            stats={
-                "evidence": sum(len(b) for b, _ in answered),
-                "traits": len(made.changes),
-                "conflicting_traits": made.conflicts,
-                "dropped_ids": dropped_note(self.name, made.dropped),
-            },
-            stopped=stopped,
+
+    def calls(
+        self, ctx: JobContext, work: TraitWork, fresh: Sequence[MemoryView], draft: Draft
+    ) -> list[Call[Batch]]:
+        return [
+            Call(about=batch, ids=tuple(m.id for m in batch))
+            for batch in chunks(fresh, ctx.jobs.batch_size)
+        ]
+
+    def prompt(self, ctx: JobContext, work: TraitWork, call: Call[Batch]) -> RenderedPrompt:
+        # A lasting trait does not hang on the hour: the day of each memory is enough.
+        memories = oldest_first(call.about, days=True)
+        return render(self.prompt_id, today=ctx.now.date(), traits=work.shown, memories=memories)
+
+    def collect(
+        self,
+        ctx: JobContext,
+        work: TraitWork,
+        call: Call[Batch],
+        reply: SoulMapperReply,
+        number: int,
+        draft: Draft,
+    ) -> None:
+        work.traits.add(call.about, reply, number)
+
+    def finish(
+        self,
+        ctx: JobContext,
+        work: TraitWork,
+        draft: Draft,
+        answered: Sequence[tuple[Call[Batch], Any]],
+    ) -> None:
+        made = work.traits
+        draft.changes.extend(made.changes)
+        draft.dropped.extend(made.dropped)
+        draft.rejected.extend(made.rejected)
+        draft.stats.update(
+            evidence=sum(len(call.about) for call, _ in answered),
+            traits=len(made.changes),
+            conflicting_traits=made.conflicts,
         )

@@ -4,10 +4,8 @@ import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from secretary.config import ApiKey
 from store.api.errors import ApiError
-
-DEFAULT_NAMESPACE = "default"  # the namespace of an open API (no keys configured)
+from store.settings import DEFAULT_NAMESPACE, ApiKey
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +42,14 @@ def authenticate(keys: Sequence[ApiKey], presented: str | None) -> Principal:
             found = candidate
     if found is None:
         raise _unauthorized("invalid API key")
-    return Principal(name=found.name or found.key[:2] + "***", namespaces=found.namespaces)
+    return principal_of(found)
+
+
+def principal_of(key: ApiKey) -> Principal:
+    """The caller a configured key stands for (an admin key: every namespace)."""
+    return Principal(
+        name=key.name or key.key[:2] + "***", namespaces=None if key.admin else key.namespaces
+    )
 
 
 def _unauthorized(message: str) -> ApiError:
@@ -60,10 +65,11 @@ def choose_namespace(principal: Principal, requested: str | None) -> str:
             return DEFAULT_NAMESPACE
         if len(principal.namespaces) == 1:
             return principal.namespaces[0]
+        names = ", ".join(principal.namespaces)
         raise ApiError(
             422,
             "namespace is required",
-            [("query.namespace", "this API key has several namespaces: name one")],
+            [("query.namespace", f"this API key has several namespaces ({names}): name one")],
         )
     if not principal.allows(requested):
         raise ApiError(

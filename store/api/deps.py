@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, cast
 
 from fastapi import Depends, FastAPI, Path, Query, Request
+from pydantic import StringConstraints, WithJsonSchema
 
 from store.api.auth import Principal, authenticate, presented_key
 from store.api.metrics import Metrics
@@ -52,3 +53,12 @@ NamespaceParam = Annotated[
     ),
 ]
 MemoryId = Annotated[int, Path(ge=1, le=MAX_ID)]
+# An event time as ISO-8601 text, parsed by store.requests: a datetime parameter would also take
+# "0" or "1700000000" as seconds since 1970, which the document does not allow.
+IsoTime = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=64),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+# A metadata filter: key=value, the value compared exactly.
+MetaPair = Annotated[str, StringConstraints(min_length=2, max_length=1024, pattern=r"^[^=]+=")]

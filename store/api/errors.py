@@ -9,9 +9,11 @@ from typing import cast
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from loguru import logger
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from store.errors import ValidationFailed
+from store.errors import DatabaseUnavailable, ValidationFailed
 
 Problems = Sequence[tuple[str, str]]
 
@@ -75,7 +77,31 @@ def install_error_handlers(app: FastAPI) -> None:
         problems = cast(ValidationFailed, exc).problems
         return error_response(422, "rejected, nothing written", problems)
 
+    async def database_gone(request: Request, exc: Exception) -> Response:
+        logger.opt(exception=exc).warning(
+            "{} {}: the database is unavailable", request.method, request.url.path
+        )
+        detail = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+        return error_response(
+            503,
+            "the database is unavailable: try again later",
+            [("database", detail)],
+            {"Retry-After": "5"},
+        )
+
+    async def bug(request: Request, exc: Exception) -> Response:
+        # Starlette logs the traceback and re-raises after this answer; the client gets the
+        # one shape instead of a bare "Internal Server Error".
+        return error_response(
+            500, "internal error", [(f"{request.method} {request.url.path}", type(exc).__name__)]
+        )
+
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(ValidationFailed, rejected)
+    # Connection-level failures (a server gone, a file that cannot be opened): the request
+    # may succeed later. Other database errors are bugs (500).
+    for gone in (OperationalError, InterfaceError, DatabaseUnavailable):
+        app.add_exception_handler(gone, database_gone)
+    app.add_exception_handler(Exception, bug)

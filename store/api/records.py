@@ -1,4 +1,5 @@
-"""The records API: maintenance records, and one record with its operations (a FastAPI router).
+"""The records API: maintenance records, one record with its operations, and a readable account
+of what it changed (a FastAPI router).
 
 The app includes ``router``. ``records_access`` identifies the caller with the app's own key
 check; a key sees only the records of its namespaces, and any other record answers 404 exactly
@@ -15,19 +16,23 @@ from pydantic import BaseModel
 
 from store.api.auth import authenticate, presented_key
 from store.api.deps import MAX_ID, api_state
+from store.diff import diff_json, record_diff
 from store.errors import NotFound
-from store.models import RecordStatus
-from store.records_view import find_records, get_record, record_detail_json, record_json
-from store.repository import Repository
+from store.kinds import RecordStatus
+from store.reads.memories import MemoryReads
+from store.reads.records import RecordReads
+from store.records_view import record_show_json, record_summary_json
+from store.views import OperationView, RecordView
 
 MAX_LIMIT = 500
 
 
 @dataclass(frozen=True, kw_only=True)
 class RecordsAccess:
-    """The store's repository and the namespaces the caller may read (None: every one)."""
+    """The store's records and the namespaces the caller may read (None: every one)."""
 
-    repository: Repository
+    records: RecordReads
+    memories: MemoryReads
     namespaces: tuple[str, ...] | None
 
     def allows(self, namespace: str) -> bool:
@@ -38,7 +43,8 @@ def records_access(request: Request) -> RecordsAccess:
     """Resolve the caller with the app's key check (401 on a missing or unknown key)."""
     state = api_state(cast(FastAPI, request.app))
     principal = authenticate(state.store.settings.api.keys, presented_key(request.headers))
-    return RecordsAccess(repository=state.store.repository, namespaces=principal.namespaces)
+    db = state.store.db
+    return RecordsAccess(records=db.records, memories=db.memories, namespaces=principal.namespaces)
 
 
 Access = Annotated[RecordsAccess, Depends(records_access)]
@@ -59,6 +65,14 @@ class RecordOut(BaseModel):
     finished_at: str | None
     undoes_id: int | None
     undone_by_id: int | None
+    duration_seconds: float | None
+    changes_by_kind: dict[str, int]
+    tokens_in: int
+    tokens_out: int
+    cost: float | None
+    error: str | None
+    # Why the run was refused, stopped early, or its LLM part skipped.
+    reason: str | None
 
 
 class RecordsOut(BaseModel):
@@ -74,15 +88,32 @@ class OperationOut(BaseModel):
     after: dict[str, Any] | None
 
 
+class DroppedOut(BaseModel):
+    item: str
+    reason: str
+
+
 class RecordDetailOut(RecordOut):
     model: str | None
     prompts: list[dict[str, Any]]
-    tokens_in: int
-    tokens_out: int
-    cost: float | None
     stats: dict[str, Any]
-    error: str | None
     operations: list[OperationOut]
+    dropped: list[DroppedOut]
+    quarantined: list[int]
+
+
+class DiffEntryOut(BaseModel, extra="allow"):
+    kind: str
+    line: str
+    ids: list[int]
+    details: list[str]
+
+
+class DiffOut(BaseModel):
+    record: dict[str, Any]
+    changes_by_kind: dict[str, int]
+    entries: list[DiffEntryOut]
+    lines: list[str]
 
 
 router = APIRouter(tags=["records"])
@@ -104,14 +135,16 @@ def list_records(
         # Another key's namespace has no records, as far as this key can tell.
         return {"records": []}
     namespaces = (namespace,) if namespace is not None else access.namespaces
-    found = find_records(
-        access.repository,
+    found = access.records.find(
         namespaces=namespaces,
         job=job,
         status=status.value if status is not None else None,
         limit=limit,
     )
-    return {"records": [record_json(record) for record in found]}
+    changes = access.records.change_counts(record.id for record in found)
+    return {
+        "records": [record_summary_json(record, changes.get(record.id, {})) for record in found]
+    }
 
 
 @router.get(
@@ -120,8 +153,22 @@ def list_records(
     summary="One maintenance record with its operations and their before/after images",
 )
 def show_record(access: Access, record_id: RecordId) -> dict[str, Any]:
+    return record_show_json(*_get(access, record_id))
+
+
+@router.get(
+    "/v1/records/{record_id}/diff",
+    response_model=DiffOut,
+    summary="What one maintenance record changed, told readably (texts before -> after)",
+)
+def diff_record(access: Access, record_id: RecordId) -> dict[str, Any]:
+    record, operations = _get(access, record_id)
+    memories, namespace = access.memories, record.namespace
+    return diff_json(record_diff(record, operations, lambda ids: memories.texts(namespace, ids)))
+
+
+def _get(access: RecordsAccess, record_id: int) -> tuple[RecordView, list[OperationView]]:
     try:
-        record, operations = get_record(access.repository, record_id, namespaces=access.namespaces)
+        return access.records.get(record_id, namespaces=access.namespaces)
     except NotFound:
         raise HTTPException(404, f"record {record_id} does not exist") from None
-    return record_detail_json(record, operations)

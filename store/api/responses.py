@@ -12,6 +12,7 @@ class ErrorOut(BaseModel):
 class AddOut(BaseModel):
     ids: list[int]
     created: list[int]
+    updated: list[int]  # stored ones given an item's other content (on_conflict=update)
     record_id: int | None
 
 
@@ -30,6 +31,8 @@ class MemoryOut(BaseModel):
 class MemoryDetailOut(MemoryOut):
     namespace: str
     status: str
+    version: int  # send it back as If-Match to edit or delete only what you read
+    replaced_by: int | None  # the memory that took its place (superseded, merged)
     pinned: bool
     source: str
     base_importance: float
@@ -68,9 +71,39 @@ class HistoryOut(BaseModel):
     records: list[RecordOut]
 
 
-class HealthOut(BaseModel):
+class RebuildOut(BaseModel):
+    namespace: str
+    phase: str  # "copying", then "promoting"
+    copied: int
+    total: int
+
+
+class MiscountOut(BaseModel):
+    namespace: str
+    memories: int
+    vectors: int
+
+
+class VectorIndexOut(BaseModel):
+    # ok, unchecked (not tried yet), unreachable, rebuilding, miscounted or behind
     status: str
+    reachable: bool | None
+    error: str | None
+    outbox: int
+    rebuilding: list[RebuildOut]
+    miscounted: list[MiscountOut]
+
+
+class LexicalIndexOut(BaseModel):
+    status: str  # "warm" or "warming"
+    warm: bool
+
+
+class HealthOut(BaseModel):
+    status: str  # "ok", "degraded" (a part is down or incomplete) or "error" (no database)
     database: str
+    vector_index: VectorIndexOut
+    lexical_index: LexicalIndexOut
     outbox: int | None
     # False while the start-up warm-up still loads indexes (first searches are slower).
     warm: bool

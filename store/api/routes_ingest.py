@@ -2,31 +2,76 @@
 
 import json
 import math
-from typing import Any
+from typing import Annotated, Any, cast
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from loguru import logger
 from pydantic import BaseModel
 
 from store.api.auth import choose_namespace
 from store.api.deps import ApiState, Caller, NamespaceParam, State
-from store.api.errors import ApiError
-from store.api.responses import ERRORS, AddOut
-from store.repository import AddResult
+from store.api.errors import ApiError, error_response
+from store.api.responses import ERRORS, AddOut, ErrorOut
+from store.conflicts import ON_CONFLICT, OnConflict
+from store.errors import IdConflict
 from store.schemas import LogIn, MemoryIn
+from store.writer import AddResult
 
 
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
     one = model.model_json_schema()
+    many = {"type": "array", "items": one, "minItems": 1}
+    wrapped = {
+        "type": "object",
+        "properties": {"items": many, "on_conflict": {"enum": list(ON_CONFLICT)}},
+        "required": ["items"],
+        "additionalProperties": False,
+    }
     return {
         "requestBody": {
             "required": True,
-            "content": {
-                "application/json": {"schema": {"anyOf": [one, {"type": "array", "items": one}]}}
-            },
+            "content": {"application/json": {"schema": {"anyOf": [one, many, wrapped]}}},
         }
     }
+
+
+OnConflictParam = Annotated[
+    OnConflict | None,
+    Query(
+        description="What an item naming a stored id (external_id, idempotency_key) with other "
+        "content does: 'error' (409, nothing written; the default) or 'update' (the stored one "
+        "takes the item's fields, recorded and undoable). The body may say it too: "
+        '{"items": [...], "on_conflict": "update"}.'
+    ),
+]
+
+
+def _unwrap(
+    items: list[Any], labels: list[str] | None, on_conflict: OnConflict | None
+) -> tuple[list[Any], list[str] | None, OnConflict]:
+    """Given a parsed body, return its items, their labels and what a conflict does: a body
+    ``{"items": [...], "on_conflict": ...}`` holds its items in ``items``.
+
+    Raise ApiError 422 if such a body is malformed or disagrees with the query.
+    """
+    body = items[0] if labels == ["body"] else None
+    if not isinstance(body, dict) or "items" not in body:
+        return items, labels, on_conflict or "error"
+    problems = [(f"body.{key}", "unknown field") for key in body if key not in WRAPPER_KEYS]
+    inner, said = body["items"], body.get("on_conflict")
+    if not isinstance(inner, list) or not inner:
+        problems.append(("body.items", "expected a non-empty array of objects"))
+    if said is not None and said not in ON_CONFLICT:
+        problems.append(("body.on_conflict", f"expected one of {', '.join(ON_CONFLICT)}"))
+    elif said is not None and on_conflict is not None and said != on_conflict:
+        problems.append(("body.on_conflict", "disagrees with the on_conflict query parameter"))
+    if problems:
+        raise ApiError(422, "invalid body", problems)
+    return inner, [f"items.{index}" for index in range(len(inner))], said or on_conflict or "error"
+
+
+WRAPPER_KEYS = frozenset({"items", "on_conflict"})
 
 
 def _reject_constant(name: str) -> Any:
@@ -62,25 +107,46 @@ def parse_batch(body: bytes) -> tuple[list[Any], list[str] | None]:
 def _add_out(result: AddResult, response: Response) -> dict[str, Any]:
     # 201 when something was created; a re-post of known items is a 200 with created=[].
     response.status_code = 201 if result.created else 200
-    return {"ids": list(result.ids), "created": list(result.created), "record_id": result.record_id}
+    return {
+        "ids": list(result.ids),
+        "created": list(result.created),
+        "updated": list(result.updated),
+        "record_id": result.record_id,
+    }
 
 
 def _ingest(
-    state: ApiState, kind: type[MemoryIn] | type[LogIn], namespace: str, body: bytes
+    state: ApiState,
+    kind: type[MemoryIn] | type[LogIn],
+    namespace: str,
+    body: bytes,
+    on_conflict: OnConflict | None,
 ) -> AddResult:
-    items, labels = parse_batch(body)
+    items, labels, conflict = _unwrap(*parse_batch(body), on_conflict)
     now = state.clock()
     # A timestamp whose UTC conversion leaves year 1..9999 (e.g. 9999-12-31T23:00-05:00) is a
-    # validation problem of its item (secretary.clock.ensure_utc raises ValueError).
+    # validation problem of its item (store.clock.ensure_utc raises ValueError).
     if kind is MemoryIn:
-        return state.store.add_memories(namespace, items, now=now, labels=labels)
-    return state.store.add_logs(namespace, items, now=now, labels=labels)
+        return state.store.add_memories(
+            namespace, items, now=now, labels=labels, on_conflict=conflict
+        )
+    return state.store.add_logs(namespace, items, now=now, labels=labels, on_conflict=conflict)
+
+
+async def _conflict(_: Request, exc: Exception) -> Response:
+    return error_response(409, str(exc).split(":", 1)[0], cast(IdConflict, exc).problems)
 
 
 def add_ingest_routes(app: FastAPI) -> None:
+    app.add_exception_handler(IdConflict, _conflict)
     responses: dict[int | str, dict[str, Any]] = {
         **ERRORS,
         200: {"model": AddOut, "description": "Every item existed already: nothing created."},
+        409: {
+            "model": ErrorOut,
+            "description": "An item names a stored id with other content, or another item's "
+            "id with other content; nothing written. Each such item is a problem.",
+        },
     }
 
     @app.post(
@@ -97,10 +163,11 @@ def add_ingest_routes(app: FastAPI) -> None:
         state: State,
         caller: Caller,
         namespace: NamespaceParam = None,
+        on_conflict: OnConflictParam = None,
     ) -> dict[str, Any]:
         ns = choose_namespace(caller, namespace)
         body = await request.body()
-        result = await run_in_threadpool(_ingest, state, MemoryIn, ns, body)
+        result = await run_in_threadpool(_ingest, state, MemoryIn, ns, body, on_conflict)
         logger.debug("{} stored {} new memories in {}", caller.name, len(result.created), ns)
         state.metrics.memories_ingested.inc(len(result.created))
         if result.created:
@@ -121,9 +188,10 @@ def add_ingest_routes(app: FastAPI) -> None:
         state: State,
         caller: Caller,
         namespace: NamespaceParam = None,
+        on_conflict: OnConflictParam = None,
     ) -> dict[str, Any]:
         ns = choose_namespace(caller, namespace)
         body = await request.body()
-        result = await run_in_threadpool(_ingest, state, LogIn, ns, body)
+        result = await run_in_threadpool(_ingest, state, LogIn, ns, body, on_conflict)
         state.metrics.logs_ingested.inc(len(result.created))
         return _add_out(result, response)

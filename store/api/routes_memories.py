@@ -2,14 +2,14 @@
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 
 from store.api.auth import Principal, choose_namespace
 from store.api.deps import Caller, MemoryId, NamespaceParam, State
 from store.api.errors import ApiError
 from store.api.responses import ERRORS, HistoryOut, MemoryDetailOut
 from store.memory_view import memory_json
-from store.models import MaintenanceRecord
+from store.views import RecordView
 
 
 def memory_not_found(memory_id: int) -> ApiError:
@@ -19,7 +19,7 @@ def memory_not_found(memory_id: int) -> ApiError:
     )
 
 
-def _readable_namespace(caller: Principal, namespace: str | None, memory_id: int) -> str:
+def readable_namespace(caller: Principal, namespace: str | None, memory_id: int) -> str:
     """Like choose_namespace, but a forbidden namespace looks exactly like a missing memory."""
     try:
         return choose_namespace(caller, namespace)
@@ -29,7 +29,7 @@ def _readable_namespace(caller: Principal, namespace: str | None, memory_id: int
         raise
 
 
-def _record_view(record: MaintenanceRecord) -> dict[str, Any]:
+def _record_view(record: RecordView) -> dict[str, Any]:
     return {
         "id": record.id,
         "job": record.job,
@@ -48,12 +48,17 @@ def add_memory_routes(app: FastAPI) -> None:
         summary="One memory",
     )
     def get_memory(
-        state: State, caller: Caller, memory_id: MemoryId, namespace: NamespaceParam = None
+        state: State,
+        caller: Caller,
+        memory_id: MemoryId,
+        response: Response,
+        namespace: NamespaceParam = None,
     ) -> dict[str, Any]:
-        ns = _readable_namespace(caller, namespace, memory_id)
-        memory = state.store.repository.get_memory(ns, memory_id)
+        ns = readable_namespace(caller, namespace, memory_id)
+        memory = state.store.db.memories.get(ns, memory_id)
         if memory is None:
             raise memory_not_found(memory_id)
+        response.headers["ETag"] = f'"{memory.version}"'  # PATCH and DELETE take it as If-Match
         return memory_json(memory, detail=True)
 
     @app.get(
@@ -65,8 +70,8 @@ def add_memory_routes(app: FastAPI) -> None:
     def get_history(
         state: State, caller: Caller, memory_id: MemoryId, namespace: NamespaceParam = None
     ) -> dict[str, Any]:
-        ns = _readable_namespace(caller, namespace, memory_id)
-        if state.store.repository.get_memory(ns, memory_id) is None:
+        ns = readable_namespace(caller, namespace, memory_id)
+        if state.store.db.memories.get(ns, memory_id) is None:
             raise memory_not_found(memory_id)
-        records = state.store.repository.memory_history(ns, memory_id)
+        records = state.store.db.records.history(ns, memory_id)
         return {"memory_id": memory_id, "records": [_record_view(r) for r in records]}

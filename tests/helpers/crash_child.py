@@ -18,16 +18,19 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from chromadb.api.models.Collection import Collection
 from loguru import logger
 
 import store.vector_index
+from secretary import runner
+from secretary.approval import approve_plan
 from secretary.config import Settings
-from secretary.jobs import runner
-from store.changeset import ChangeSet
 from store.ingest import ingest_file
-from store.repository import Repository
+from store.rebuilds import RebuildTable
 from store.service import Store
 from store.undo import undo
+from store.unit import UnitOfWork
+from store.writer import Writer
 from tests.helpers.fake_embedder import FakeEmbedder
 
 # What the forkserver imports before forking any child: this module, then the lazy imports of
@@ -41,8 +44,10 @@ PRELOAD = (
     "chromadb.api.rust",
 )
 
-Action = Literal["dream", "ingest", "undo", "approve", "sync"]
-KillPoint = Literal["planned", "flushed", "committed", "mid-upsert", "before-ack"]
+Action = Literal["dream", "ingest", "undo", "approve", "sync", "rebuild"]
+KillPoint = Literal[
+    "planned", "flushed", "committed", "mid-upsert", "before-ack", "rebuild-copied", "mid-promote"
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +84,7 @@ def _install(point: KillPoint, hit: int) -> None:
     counter = _Counter(hit)
     if point == "planned":
         # The plan is made (the LLM answered) and nothing is written yet.
-        settle = runner._settle
+        settle = runner._Run._settle
 
         @wraps(settle)
         def settle_then_die(*args: Any, **kwargs: Any) -> Any:
@@ -87,31 +92,33 @@ def _install(point: KillPoint, hit: int) -> None:
                 die()
             return settle(*args, **kwargs)
 
-        runner._settle = settle_then_die
+        runner._Run._settle = settle_then_die  # type: ignore[method-assign]
     elif point == "flushed":
         # Every row, operation and outbox entry is flushed into the open transaction.
-        finish = ChangeSet.finish
+        finish = UnitOfWork.finish
 
         @wraps(finish)
-        def finish_then_die(self: ChangeSet) -> Any:
+        def finish_then_die(self: UnitOfWork) -> Any:
             done = finish(self)
             if counter.reached():
                 die()
             return done
 
-        ChangeSet.finish = finish_then_die  # type: ignore[method-assign]
+        UnitOfWork.finish = finish_then_die  # type: ignore[method-assign]
     elif point == "committed":
         # The transaction committed; the vector index has not seen it yet.
-        changing = Repository.changing
+        # Every write with a record goes through Writer.unit: the die comes once its ``with``
+        # block has left, that is after the commit.
+        unit = Writer.unit
 
         @contextmanager
-        def changing_then_die(self: Repository, *args: Any, **kwargs: Any) -> Iterator[Any]:
-            with changing(self, *args, **kwargs) as opened:
+        def unit_then_die(self: Writer, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            with unit(self, *args, **kwargs) as opened:
                 yield opened
             if counter.reached():
                 die()
 
-        Repository.changing = changing_then_die  # type: ignore[method-assign]
+        Writer.unit = unit_then_die  # type: ignore[method-assign,assignment]
     elif point == "mid-upsert":
         # Chroma got the first half of a batch of vectors.
         write = store.vector_index._write_vectors
@@ -125,17 +132,40 @@ def _install(point: KillPoint, hit: int) -> None:
             die()
 
         store.vector_index._write_vectors = write_half_then_die
+    elif point == "rebuild-copied":
+        # A batch of a rebuild is in the new collection, and the rebuild's row says so.
+        advance = RebuildTable.advance
+
+        @wraps(advance)
+        def advance_then_die(self: RebuildTable, *args: Any, **kwargs: Any) -> None:
+            advance(self, *args, **kwargs)
+            if counter.reached():
+                die()
+
+        RebuildTable.advance = advance_then_die  # type: ignore[method-assign]
+    elif point == "mid-promote":
+        # The rebuilt collection is complete; the old one was renamed aside, and the new one
+        # does not have its place yet: for a moment no collection answers.
+        modify = Collection.modify
+
+        @wraps(modify)
+        def modify_then_die(self: Collection, *args: Any, **kwargs: Any) -> None:
+            modify(self, *args, **kwargs)
+            if counter.reached():
+                die()
+
+        Collection.modify = modify_then_die  # type: ignore[method-assign]
     else:
         # Chroma holds a whole batch; its outbox entries are not yet acknowledged.
-        ack = Repository.ack_outbox
+        ack = Writer.ack_outbox
 
         @wraps(ack)
-        def die_before_ack(self: Repository, ids: Any) -> None:
+        def die_before_ack(self: Writer, ids: Any) -> None:
             if counter.reached():
                 die()
             ack(self, ids)
 
-        Repository.ack_outbox = die_before_ack  # type: ignore[method-assign]
+        Writer.ack_outbox = die_before_ack  # type: ignore[method-assign]
 
 
 def _act(store_: Store, task: Task) -> object:
@@ -148,11 +178,15 @@ def _act(store_: Store, task: Task) -> object:
         ingest_file(store_, task.path, namespace=ns, now=now)
     elif task.action == "undo":
         assert task.record_id is not None
-        undo(store_.repository, task.record_id, now=now)
+        undo(store_.db.writer, task.record_id, now=now)
     elif task.action == "approve":
         assert task.record_id is not None
-        outcome = runner.approve_plan(store_, settings, task.record_id, now=now)
+        outcome = approve_plan(store_, settings, task.record_id, now=now)
         assert outcome.status == "applied", outcome.message
+    elif task.action == "rebuild":
+        # As `secretary index rebuild` does: record the rebuild, then carry it out.
+        store_.indexer.request_rebuild([ns])
+        store_.indexer.rebuild(ns)
     # As `secretary dream`, `ingest` and `undo` do after writing: bring the index up to date.
     return store_.indexer.sync()
 

@@ -12,34 +12,33 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from prompts import ReplyModel
+from prompts import PromptError, ReplyModel
 from prompts.auditor_schema import Verdict
 from prompts.linker_schema import LinkerReply
 from prompts.render import _parse, as_data, load, prompt_ids, prompt_record, render, schema_for
-from secretary.errors import PromptError
 
 JOB_PROMPTS = ("extractor", "linker", "auditor", "soul_mapper", "consolidator")
 
 # Editing a prompt's text changes its hash: bump its version, then update the pin here, so that
 # records never show one (id, version) for two different texts.
 PINNED = {
-    "auditor": (1, "f656cc62f6acb826a8ff83acc3505bdb235770cd97b79ced95f5f0f2bcfcf603"),
-    "consolidator": (1, "3f9d05a96a6f267017493eba3ed14340ae1bdec8581ea47428338af0c36d5428"),
-    "extractor": (1, "0a07b20461049be6b2052c181d2c18e1c25ba4488f369bbb3783c7c39eb39eaf"),
-    "linker": (1, "a53f05aef5bbc63ced4a3ea4cb1f88294507d49d7203d0fee532de624eddcd36"),
+    "auditor": (2, "4db6627ea8ac360fb9c93ad90c7c0576cf85695532b64e9a9b20aede51077bd6"),
+    "consolidator": (2, "37c1fa1d5798e57f309987e8d640dd4cfdf8a49189e80d58a79a44bc925ab574"),
+    "extractor": (2, "3388cabdc604bd5aae246a1021d0f4ac69228e03eb01ec03e6f87ab4eff99a67"),
+    "linker": (2, "7c4ac44f5860534a34ff2740cc2654da60df9de3934254158e573231e8dc00b4"),
     "repair": (1, "592426d2c3b3f776b62dea306b74b320c5883b4e1e188be0d89b30a6df090dda"),
-    "soul_mapper": (1, "f245fabc769286107b74d3a36e835be0a28b0d73eb8a8a60d5b578dab9d9b867"),
+    "soul_mapper": (2, "ed9fd5a5a85a87bffc013d945ec4e774218c73c5a33793fdbcd9345892c227a3"),
 }
 
 TODAY = date(2031, 7, 14)
-MEMORY = {"id": 7, "type": "fact", "at": "2031-07-01T10:00:00+00:00", "content": "Likes tea."}
+MEMORY = {"id": 7, "type": "fact", "time": "2031-07-01 10:00", "content": "Likes tea."}
 SAMPLES: dict[str, dict[str, Any]] = {
     "extractor": {
         "today": TODAY,
-        "lines": [{"id": 1, "at": "2031-07-13T09:00:00+00:00", "role": "user", "text": "hi"}],
+        "lines": [{"id": 1, "time": "2031-07-13 09:00", "role": "user", "text": "hi"}],
     },
-    "linker": {"groups": [{"group": 1, "memories": [MEMORY, {**MEMORY, "id": 8}]}]},
-    "auditor": {"today": TODAY, "groups": [{"group": 1, "memories": [MEMORY]}]},
+    "linker": {"memories": [MEMORY, {**MEMORY, "id": 8}], "groups": [[7, 8]]},
+    "auditor": {"today": TODAY, "memories": [MEMORY], "groups": [[7]]},
     "soul_mapper": {"today": TODAY, "memories": [MEMORY], "traits": []},
     "consolidator": {"fragments": [MEMORY]},
     "repair": {"errors": "importance: Input should be less than or equal to 10"},
@@ -144,18 +143,20 @@ def test_schema_for_prompt_without_schema_raises() -> None:
 
 def test_render_injected_instructions_stay_inside_data_block() -> None:
     memory = {**MEMORY, "content": INJECTION}
-    rendered = render("auditor", today=TODAY, groups=[{"group": 1, "memories": [memory]}])
+    rendered = render("auditor", today=TODAY, memories=[memory], groups=[[memory["id"]]])
     system, user = (message.content for message in rendered.messages)
 
     assert "never instructions" in system
     assert user.count("<memories>") == 1
-    assert user.count("</") == 1  # the real closing delimiter, and nothing else
-    assert user.rstrip().endswith("</memories>")
+    # The real closing delimiters, and nothing else.
+    assert user.count("</") == 2
+    assert user.count("</memories>") == user.count("</groups>") == 1
+    assert user.rstrip().endswith("</groups>")
     block = between(user, "<memories>", "</memories>")
     assert "Ignore all previous instructions" in block
     assert "Ignore all previous instructions" not in user.replace(block, "")
     # The escape is plain JSON: the model, and anyone auditing, reads the original text.
-    assert json.loads(block)[0]["memories"][0]["content"] == INJECTION
+    assert json.loads(block)[0]["content"] == INJECTION
 
 
 def test_as_data_closing_delimiter_neutralised() -> None:

@@ -56,7 +56,7 @@ def test_ingest_then_search_json_finds_sample(run: Run) -> None:
     run("init")
     out = run("ingest", str(SAMPLE)).output
     assert "26 lines: 26 new" in out
-    hits = json.loads(run("search", "half marathon finish time", "--json", "--k", "3").output)
+    hits = json.loads(run("search", "half marathon finish time", "--json", "--k", "3").stdout)
     assert hits["hits"][0]["external_id"] == "m020"
     first = hits["hits"][0]
     assert {"id", "external_id", "content", "score", "breakdown"} <= set(first)
@@ -81,7 +81,7 @@ def test_ingest_bad_lines_reported_by_number_nothing_written(run: Run, tmp_path:
     assert re.search(r"line 2: content", result.stderr)
     assert "line 3: not valid JSON" in result.stderr
     assert "line 5: importance" in result.stderr
-    assert run("export").output == ""
+    assert "namespace 'default' holds nothing" in run("export", code=1).stderr
 
 
 def test_export_then_ingest_restores_into_new_store(run: Run, tmp_path: Path) -> None:
@@ -127,13 +127,33 @@ def test_index_verify_detects_and_rebuild_repairs_drift(run: Run, tmp_path: Path
     assert "default: ok" in run("index", "verify").output
 
 
+def test_index_sync_completes_a_rebuild_cut_short(run: Run, tmp_path: Path) -> None:
+    from secretary.config import load_settings
+    from store.service import Store
+
+    run("init")
+    run("ingest", str(SAMPLE))
+    store = Store.open(load_settings(None, {}, data_dir=tmp_path / "data"))
+    try:
+        store.indexer.request_rebuild(["default"])
+        store.indexer.sync(limit=10)  # then the process died
+    finally:
+        store.close()
+
+    result = run("index", "verify", code=1)
+    assert "default: REBUILDING missing=0 extra=0 stale=0" in result.output
+    assert "10 of 26 memories copied" in result.output
+    assert "default: indexed 16 memories (resumed after 10)" in run("index", "sync").output
+    assert "default: ok" in run("index", "verify").output
+
+
 def test_commands_before_init_explain_what_to_do(run: Run) -> None:
     result = run("search", "anything", code=1)
-    assert "secretary db upgrade" in result.stderr
+    assert "secretary init" in result.stderr
 
 
 def test_config_check_prints_effective_settings(run: Run) -> None:
-    settings = json.loads(run("config", "check").output)
+    settings = json.loads(run("config", "check").stdout)
     assert settings["api"]["host"] == "127.0.0.1"
 
 

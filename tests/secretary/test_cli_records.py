@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,9 +13,9 @@ from click.testing import CliRunner, Result
 from secretary.cli import cli
 from secretary.cli_records import _STATUSES, records, undo
 from secretary.config import Settings
-from store.apply import apply_operations
-from store.models import MemoryStatus, RecordStatus
-from store.operations import UpdateMemory
+from store.kinds import MemoryStatus, Outcome, RecordStatus
+from store.operations import SetStatus, UpdateMemory
+from store.record_info import RecordInfo
 from store.service import Store
 
 NOW = datetime(2026, 2, 1, tzinfo=UTC)
@@ -116,12 +116,12 @@ def test_undo_force_skips_conflicts_and_records_them(
 ) -> None:
     store = Store.open(Settings(data_dir=tmp_path / "data"))
     try:
-        ids = sorted(store.repository.index_state("default"))
-        record_id = store.repository.set_status(
-            "default", ids[:2], MemoryStatus.ARCHIVED, now=NOW, job="auditor"
-        )
-        apply_operations(
-            store.repository,
+        ids = sorted(store.db.memories.index_state("default"))
+        # Content changes leave the timeline alone: the two parts of the record are independent.
+        reworded = [UpdateMemory(memory_id=i, changes={"content": f"#{i}"}) for i in ids[:2]]
+        record_id = store.db.writer.apply("default", "auditor", reworded, now=NOW).record_id
+        assert record_id is not None
+        store.db.writer.apply(
             "default",
             "auditor",
             [UpdateMemory(memory_id=ids[0], changes={"content": "edited"})],
@@ -131,7 +131,7 @@ def test_undo_force_skips_conflicts_and_records_them(
         store.close()
     dry = run("undo", str(record_id), "--dry-run").output
     assert f"memory {ids[0]}: changed since" in dry
-    assert f"restore memory {ids[1]}: status, updated_at, version" in dry
+    assert f"restore memory {ids[1]}: content, content_hash, updated_at, version" in dry
     out = run("undo", str(record_id), "--force").output
     assert f"skipped memory {ids[0]}: changed since" in out
     undo_record = json.loads(run("records", "list", "--json", "--job", "undo").output)[0]
@@ -141,3 +141,100 @@ def test_undo_force_skips_conflicts_and_records_them(
 
 def test_records_list_status_choices_match_record_statuses() -> None:
     assert set(_STATUSES) == {status.value for status in RecordStatus}
+
+
+# -- what happened, at a glance ----------------------------------------------------------------
+
+
+@pytest.fixture
+def audited(run: Run, ingested: list[int], tmp_path: Path) -> dict[str, int]:
+    """Besides the ingests: an auditor run that merged one memory into another (2.5 s, tokens,
+    dropped items, a quarantined id) and a failed extractor run."""
+    store = Store.open(Settings(data_dir=tmp_path / "data"))
+    try:
+        ids = sorted(store.db.memories.index_state("default"))
+        stats = {
+            "dropped": [{"item": "verdict 7", "reason": "superseded_by must be null"}],
+            "dropped_ids": [404],
+            "quarantined": [ids[2]],
+            "stopped": "budget exhausted",
+        }
+        merged = store.db.writer.apply(
+            "default",
+            "auditor",
+            [SetStatus(memory_id=ids[1], status=MemoryStatus.MERGED, replaced_by=ids[0])],
+            now=NOW,
+            info=RecordInfo(
+                model="m",
+                tokens_in=1200,
+                tokens_out=34,
+                cost=0.0123,
+                stats=stats,
+                finished_at=NOW + timedelta(seconds=2.5),
+            ),
+        ).record_id
+        failed = store.db.writer.apply(
+            "default",
+            "extractor",
+            (),
+            now=NOW,
+            info=RecordInfo(outcome=Outcome.FAILED, error="ValueError: bad reply"),
+        ).record_id
+    finally:
+        store.close()
+    assert merged is not None
+    assert failed is not None
+    return {"merged": merged, "failed": failed, "keeper": ids[0], "merged_away": ids[1]}
+
+
+def test_records_list_shows_duration_changes_tokens_error_and_reason(
+    run: Run, audited: dict[str, int]
+) -> None:
+    lines = run("records", "list").output.splitlines()
+    merged = next(line for line in lines if line.startswith(f"#{audited['merged']} "))
+    assert "auditor [default] applied 2.5s: 1 merged" in merged
+    assert merged.endswith("; 1,200 + 34 tokens (cost 0.0123); stopped early: budget exhausted")
+    failed = next(line for line in lines if line.startswith(f"#{audited['failed']} "))
+    assert failed.endswith(
+        "extractor [default] failed 0.0s: no changes; error: ValueError: bad reply"
+    )
+    ingest = next(line for line in lines if " ingest " in line and ": 1 created" in line)
+    assert ingest.endswith("applied 0.0s: 1 created, 1 relinked")
+    listed = {r["id"]: r for r in json.loads(run("records", "list", "--json").output)}
+    shown = listed[audited["merged"]]
+    assert shown["changes_by_kind"]["merged"] == 1
+    assert shown["duration_seconds"] == 2.5
+    assert (shown["tokens_in"], shown["tokens_out"], shown["cost"]) == (1200, 34, 0.0123)
+    assert shown["reason"] == "stopped early: budget exhausted"
+    assert listed[audited["failed"]]["error"] == "ValueError: bad reply"
+
+
+def test_records_show_lists_dropped_and_quarantined(run: Run, audited: dict[str, int]) -> None:
+    text = run("records", "show", str(audited["merged"])).output
+    assert "dropped (2):\n  verdict 7: superseded_by must be null\n" in text
+    assert "  #404: named by the reply but not sent to it\n" in text
+    assert "quarantined (1): #" in text
+    assert "reason: stopped early: budget exhausted" in text
+    shown = json.loads(run("records", "show", str(audited["merged"]), "--json").output)
+    assert shown["dropped"][0] == {"item": "verdict 7", "reason": "superseded_by must be null"}
+    assert len(shown["quarantined"]) == 1
+    assert shown["changes_by_kind"]["merged"] == 1
+
+
+def test_records_diff_tells_merge_and_undo(run: Run, audited: dict[str, int]) -> None:
+    keeper, gone = audited["keeper"], audited["merged_away"]
+    text = run("records", "diff", str(audited["merged"])).output.splitlines()
+    assert text[0].startswith(f"record #{audited['merged']}: auditor on 'default', applied, ")
+    assert text[1] == f'  #{gone} -> #{keeper}: "first"'
+    assert text[2] == f'      was #{gone} "second"'
+    shown = json.loads(run("records", "diff", str(audited["merged"]), "--json").output)
+    assert shown["changes_by_kind"]["merged"] == 1
+    assert shown["entries"][0]["into"] == {"id": keeper, "text": "first"}
+    run("undo", str(audited["merged"]), "--no-index")
+    undo_id = json.loads(run("records", "list", "--json", "--job", "undo").output)[0]["id"]
+    undone = run("records", "diff", str(undo_id)).output
+    assert f"undoes record #{audited['merged']}: puts back what it changed" in undone
+    assert f'  #{gone} restored to active (was merged): "second"' in undone
+    failed = run("records", "diff", str(audited["failed"])).output
+    assert "error: ValueError: bad reply\n  no changes" in failed
+    assert "record 999 does not exist" in run("records", "diff", "999", code=1).stderr

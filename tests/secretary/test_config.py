@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
-from secretary.config import Settings, load_settings
-from secretary.errors import ConfigError
+from secretary.config import ConfigError, Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -83,3 +84,30 @@ def test_redacted_hides_secrets(tmp_path: Path) -> None:
     assert "sk-secret" not in shown
     assert "pw" not in shown
     assert "abcdefghijkl" not in shown
+
+
+def _options(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every option of a settings model, as dotted names (a list of tables counts as one)."""
+    found = []
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            found.extend(_options(kind, f"{prefix}{name}."))
+        else:
+            found.append(f"{prefix}{name}")
+    return found
+
+
+def test_example_config_shows_every_option_with_its_default() -> None:
+    text = (REPO / "docs" / "secretary.example.toml").read_text(encoding="utf-8")
+    section = ""
+    shown = set()
+    for line in text.splitlines():
+        bare = line.lstrip("# ").strip()
+        if bare.startswith("[") and bare.endswith("]"):
+            section = bare.strip("[]") + "."
+        elif re.match(r"^\w+ = ", bare):
+            shown.add(section + bare.split(" = ")[0])
+    # A list of tables ([[api.keys]]) is shown by an example entry, commented out.
+    shown = {"api.keys" if option.startswith("api.keys.") else option for option in shown}
+    assert sorted(set(_options(Settings)) - shown) == []

@@ -24,15 +24,19 @@ import pytest
 from freezegun import freeze_time
 from sqlalchemy.exc import OperationalError
 
-from secretary.clock import utc_now
-from secretary.config import SCHEDULED_JOBS, Settings
+from secretary.config import ConfigError, Settings
 from secretary.daemon import Daemon, Every, restart_needed
-from secretary.dispatch import JobRunner, NamespaceLocks
-from secretary.errors import ConfigError, SecretaryError
-from secretary.lease import Lease, current_lease
+from secretary.dispatch import Dispatcher, NamespaceLocks
+from secretary.jobs.registry import JOB_NAMES
 from secretary.notify import Notifier, watchdog_interval
+from secretary.outcomes import RunOutcome, make_outcome
 from secretary.scheduler import ScheduleBook
+from store.clock import utc_now
 from store.db import make_engine, upgrade
+from store.dream_requests import DreamRequestView
+from store.errors import SecretaryError
+from store.leases import Lease, current_lease
+from store.schedules import ScheduleTable
 from store.service import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,9 +155,23 @@ class BlockingCalls:
         self.log: list[tuple[str, str, str]] = []
         self.active: defaultdict[str, int] = defaultdict(int)
         self.overlaps: list[str] = []
+        self.retried: list[bool] = []
 
     def namespaces(self) -> Sequence[str]:
         return self._namespaces
+
+    def run_now(
+        self,
+        job: str,
+        namespace: str,
+        *,
+        settings: Settings,
+        now: datetime,
+        retry_quarantined: bool,
+    ) -> RunOutcome:
+        status = self.run(job, namespace, settings=settings, now=now)
+        self.retried.append(retry_quarantined)
+        return make_outcome(job, namespace, "applied", status, record_id=len(self.log))
 
     def run(self, job: str, namespace: str, *, settings: Settings, now: datetime) -> str:
         with self._lock:
@@ -173,24 +191,24 @@ class BlockingCalls:
                 self.log.append(("end", job, namespace))
 
 
-def fire_in_thread(runner: JobRunner, job: str) -> threading.Thread:
-    thread = threading.Thread(target=runner.fire, args=(job,), daemon=True)
+def fire_in_thread(dispatcher: Dispatcher, job: str) -> threading.Thread:
+    thread = threading.Thread(target=dispatcher.fire, args=(job,), daemon=True)
     thread.start()
     return thread
 
 
-def runner_with(calls: BlockingCalls, **kwargs: object) -> tuple[JobRunner, threading.Event]:
+def dispatcher_with(calls: BlockingCalls, **kwargs: object) -> tuple[Dispatcher, threading.Event]:
     waiting = threading.Event()
     locks = NamespaceLocks(on_wait=lambda _: waiting.set())
-    return JobRunner(calls, settings=Settings(), locks=locks, **kwargs), waiting  # type: ignore[arg-type]
+    return Dispatcher(calls, settings=Settings(), locks=locks, **kwargs), waiting  # type: ignore[arg-type]
 
 
-def test_job_runner_same_namespace_runs_never_overlap() -> None:
+def test_dispatcher_same_namespace_runs_never_overlap() -> None:
     calls = BlockingCalls(["maya"])
-    runner, waiting = runner_with(calls)
-    linker = fire_in_thread(runner, "linker")
+    dispatcher, waiting = dispatcher_with(calls)
+    linker = fire_in_thread(dispatcher, "linker")
     assert calls.entered["linker", "maya"].wait(WAIT)
-    auditor = fire_in_thread(runner, "auditor")
+    auditor = fire_in_thread(dispatcher, "auditor")
     assert waiting.wait(WAIT)  # the auditor is queued behind the linker on "maya"
     assert not calls.entered["auditor", "maya"].is_set()
     calls.release["linker", "maya"].set()
@@ -205,7 +223,7 @@ def test_job_runner_same_namespace_runs_never_overlap() -> None:
         ("start", "auditor", "maya"),
         ("end", "auditor", "maya"),
     ]
-    assert runner.wait_idle(WAIT)
+    assert dispatcher.wait_idle(WAIT)
 
 
 def test_namespace_locks_other_namespace_is_not_blocked() -> None:
@@ -216,32 +234,32 @@ def test_namespace_locks_other_namespace_is_not_blocked() -> None:
     locks.release("sam")
 
 
-def test_job_runner_stop_cancels_waiting_runs_and_waits_for_the_running_one() -> None:
+def test_dispatcher_stop_cancels_waiting_runs_and_waits_for_the_running_one() -> None:
     calls = BlockingCalls(["maya"])
-    runner, waiting = runner_with(calls)
-    linker = fire_in_thread(runner, "linker")
+    dispatcher, waiting = dispatcher_with(calls)
+    linker = fire_in_thread(dispatcher, "linker")
     assert calls.entered["linker", "maya"].wait(WAIT)
-    auditor = fire_in_thread(runner, "auditor")
+    auditor = fire_in_thread(dispatcher, "auditor")
     assert waiting.wait(WAIT)
-    runner.stop()
+    dispatcher.stop()
     auditor.join(WAIT)
     assert not auditor.is_alive()
     assert not calls.entered["auditor", "maya"].is_set()  # cancelled, never started
-    assert runner.running() == ["linker for maya"]
-    assert not runner.wait_idle(0)
+    assert dispatcher.running() == ["linker for maya"]
+    assert not dispatcher.wait_idle(0)
     calls.release["linker", "maya"].set()
-    assert runner.wait_idle(WAIT)
+    assert dispatcher.wait_idle(WAIT)
     linker.join(WAIT)
-    runner.fire("retention")  # after stop nothing new starts
+    dispatcher.fire("retention")  # after stop nothing new starts
     assert ("start", "retention", "maya") not in calls.log
 
 
-def test_job_runner_failure_on_one_namespace_lets_the_next_run() -> None:
+def test_dispatcher_failure_on_one_namespace_lets_the_next_run() -> None:
     calls = BlockingCalls(["broken", "fine"], fail=["broken"])
     statuses: list[str] = []
-    runner, _ = runner_with(calls, on_status=statuses.append)
+    dispatcher, _ = dispatcher_with(calls, on_status=statuses.append)
     calls.release["linker", "fine"].set()
-    runner.fire("linker")
+    dispatcher.fire("linker")
     assert [entry for entry in calls.log if entry[0] == "end"] == [
         ("end", "linker", "broken"),
         ("end", "linker", "fine"),
@@ -249,16 +267,117 @@ def test_job_runner_failure_on_one_namespace_lets_the_next_run() -> None:
     assert statuses == ["running linker for broken", "idle", "running linker for fine", "idle"]
 
 
-def test_job_runner_database_down_skips_the_firing() -> None:
+def test_dispatcher_database_down_skips_the_firing() -> None:
     class Down(BlockingCalls):
         def namespaces(self) -> Sequence[str]:
             raise OperationalError("SELECT", {}, Exception("connection refused"))
 
     calls = Down(["maya"])
-    runner, _ = runner_with(calls)
-    runner.fire("linker")
+    dispatcher, _ = dispatcher_with(calls)
+    dispatcher.fire("linker")
     assert calls.log == []
-    assert runner.wait_idle(0)
+    assert dispatcher.wait_idle(0)
+
+
+# -- dream requests through the dispatcher -----------------------------------------------------
+
+
+def dream_request(
+    request_id: int = 1,
+    namespace: str | None = "maya",
+    jobs: tuple[str, ...] = (),
+    retry_quarantined: bool = False,
+) -> DreamRequestView:
+    return DreamRequestView(
+        id=request_id,
+        namespace=namespace,
+        jobs=jobs,
+        retry_quarantined=retry_quarantined,
+        requested_by="test",
+        requested_at=T0,
+        status="running",
+        picked_by="me",
+        started_at=T0,
+        finished_at=None,
+        outcomes=(),
+        error=None,
+    )
+
+
+def test_dispatcher_dream_runs_every_job_in_order_on_each_namespace() -> None:
+    calls = BlockingCalls(["maya", "sam"])
+    for job in JOB_NAMES:
+        for namespace in ("maya", "sam"):
+            calls.release[job, namespace].set()
+    dispatcher, _ = dispatcher_with(calls)
+
+    outcomes = dispatcher.dream(dream_request(namespace=None, retry_quarantined=True))
+
+    assert outcomes is not None
+    assert [(o["namespace"], o["job"]) for o in outcomes] == [
+        (namespace, job) for namespace in ("maya", "sam") for job in JOB_NAMES
+    ]
+    assert {o["status"] for o in outcomes} == {"applied"}
+    assert set(outcomes[0]) == {"job", "namespace", "status", "record_id", "message"}
+    assert set(calls.retried) == {True}
+    assert dispatcher.wait_idle(0)
+
+
+def test_dispatcher_dream_waits_for_a_firing_on_the_same_namespace() -> None:
+    calls = BlockingCalls(["maya"])
+    dispatcher, waiting = dispatcher_with(calls)
+    firing = fire_in_thread(dispatcher, "linker")
+    assert calls.entered["linker", "maya"].wait(WAIT)
+    result: list[list[dict[str, object]] | None] = []
+    request = threading.Thread(
+        target=lambda: result.append(dispatcher.dream(dream_request(jobs=("auditor",))))
+    )
+    request.start()
+    assert waiting.wait(WAIT)  # the request's auditor is queued behind the linker
+    assert not calls.entered["auditor", "maya"].is_set()
+    calls.release["linker", "maya"].set()
+    calls.release["auditor", "maya"].set()
+    request.join(WAIT)
+    firing.join(WAIT)
+    assert calls.overlaps == []
+    assert [entry[1] for entry in calls.log] == ["linker", "linker", "auditor", "auditor"]
+    assert result[0] is not None
+    assert [o["job"] for o in result[0]] == ["auditor"]
+
+
+def test_dispatcher_dream_stopped_midway_returns_none() -> None:
+    calls = BlockingCalls(["maya"])
+    dispatcher, _ = dispatcher_with(calls)
+    result: list[list[dict[str, object]] | None] = []
+    request = threading.Thread(
+        target=lambda: result.append(dispatcher.dream(dream_request(jobs=("linker", "auditor"))))
+    )
+    request.start()
+    assert calls.entered["linker", "maya"].wait(WAIT)
+    dispatcher.stop()
+    calls.release["linker", "maya"].set()
+    request.join(WAIT)
+    assert result == [None]  # the auditor never ran: the request is left for the next daemon
+    assert not calls.entered["auditor", "maya"].is_set()
+    assert dispatcher.dream(dream_request()) is None
+
+
+def test_dispatcher_dream_unknown_job_fails_before_anything_runs() -> None:
+    calls = BlockingCalls(["maya"])
+    dispatcher, _ = dispatcher_with(calls)
+    with pytest.raises(SecretaryError, match="unknown job 'dreamer'"):
+        dispatcher.dream(dream_request(jobs=("auditor", "dreamer")))
+    assert calls.log == []
+
+
+def test_dispatcher_dream_a_run_that_escapes_is_a_failed_outcome() -> None:
+    calls = BlockingCalls(["maya"], fail=["maya"])
+    dispatcher, _ = dispatcher_with(calls)
+    outcomes = dispatcher.dream(dream_request(jobs=("linker",)))
+    assert outcomes is not None
+    assert [(o["status"], o["message"]) for o in outcomes] == [
+        ("failed", "SecretaryError: linker broke on maya")
+    ]
 
 
 # -- small pure parts --------------------------------------------------------------------------
@@ -305,7 +424,14 @@ def free_port() -> int:
 class DaemonProcess:
     """`secretary run` in a child process, its stderr in a file."""
 
-    def __init__(self, data_dir: Path, port: int, log: Path, notify: str | None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        log: Path,
+        notify: str | None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SECRETARY_", "NOTIFY_"))}
         env |= {
             "SECRETARY_DATA_DIR": str(data_dir),
@@ -313,10 +439,11 @@ class DaemonProcess:
             "ANONYMIZED_TELEMETRY": "False",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             # Nothing fires on its own during the test: each job is switched off.
-            **{f"SECRETARY_SCHEDULE_{job.upper()}": "" for job in SCHEDULED_JOBS},
+            **{f"SECRETARY_SCHEDULE_{job.upper()}": "" for job in JOB_NAMES},
         }
         if notify is not None:
             env |= {"NOTIFY_SOCKET": notify, "WATCHDOG_USEC": "1000000"}
+        env |= extra_env or {}
         self.port = port
         self.log = log
         self._stderr: IO[bytes] = log.open("wb")
@@ -375,7 +502,9 @@ def test_secretary_run_ready_healthz_hup_refuses_second_then_stops_cleanly(
         assert second.wait(START) == 75
         assert "another secretary daemon is already running on this store" in second.output()
 
-        ScheduleBook(engine).set_cron("linker", "0 4 * * *", now=datetime.now().astimezone())
+        ScheduleBook(ScheduleTable(engine)).set_cron(
+            "linker", "0 4 * * *", now=datetime.now().astimezone()
+        )
         first.process.send_signal(signal.SIGHUP)
         listener.wait_for("RELOADING=1")
         listener.wait_for("READY=1")
@@ -462,7 +591,7 @@ def test_daemon_stop_bound_reached_abandons_the_running_job(
     daemon = make_daemon(store, listener, calls)
     schedule = daemon.settings.schedule.model_copy(update={"stop_timeout_seconds": 0})
     daemon.settings = daemon.settings.model_copy(update={"schedule": schedule})
-    stuck = fire_in_thread(daemon.runner, "consolidator")
+    stuck = fire_in_thread(daemon.dispatcher, "consolidator")
     assert calls.entered["consolidator", "maya"].wait(WAIT)
     assert daemon._shutdown() is True
     assert "STATUS=stopping: waiting for consolidator for maya" in listener.wait_for("STOPPING=1")
@@ -473,7 +602,7 @@ def test_daemon_stop_bound_reached_abandons_the_running_job(
 def test_daemon_stop_waits_for_the_running_job(store: Store, listener: Listener) -> None:
     calls = BlockingCalls(["maya"])
     daemon = make_daemon(store, listener, calls)
-    running = fire_in_thread(daemon.runner, "linker")
+    running = fire_in_thread(daemon.dispatcher, "linker")
     assert calls.entered["linker", "maya"].wait(WAIT)
     abandoned: list[bool] = []
     stopper = threading.Thread(target=lambda: abandoned.append(daemon._shutdown()))
@@ -485,6 +614,76 @@ def test_daemon_stop_waits_for_the_running_job(store: Store, listener: Listener)
     running.join(WAIT)
     assert abandoned == [False]
     assert calls.log[-1] == ("end", "linker", "maya")
+
+
+def released(calls: BlockingCalls, namespace: str, jobs: Sequence[str]) -> BlockingCalls:
+    for job in jobs:
+        calls.release[job, namespace].set()
+    return calls
+
+
+def finished_request(daemon: Daemon, store: Store, request_id: int) -> DreamRequestView:
+    assert daemon._dreaming is not None
+    daemon._dreaming.join(WAIT)
+    request = store.db.dream_requests.get(request_id)
+    assert request is not None
+    return request
+
+
+def test_daemon_takes_a_dream_request_and_stores_its_outcomes(
+    store: Store, listener: Listener
+) -> None:
+    calls = released(BlockingCalls(["maya"]), "maya", ["auditor", "linker"])
+    daemon = make_daemon(store, listener, calls)
+    daemon._lease.acquire()
+    request_id = store.db.dream_requests.enqueue(
+        namespace="maya",
+        jobs=("linker", "auditor"),
+        retry_quarantined=False,
+        requested_by="test",
+        now=utc_now(),
+    )
+
+    daemon._take_requests()
+
+    request = finished_request(daemon, store, request_id)
+    assert (request.status, request.picked_by) == ("done", "me")
+    assert [(o["job"], o["status"]) for o in request.outcomes] == [
+        ("linker", "applied"),
+        ("auditor", "applied"),
+    ]
+    daemon._take_requests()  # nothing left: no thread is started
+    assert daemon._dreaming is not None
+    assert not daemon._dreaming.is_alive()
+
+
+def test_daemon_takes_over_the_request_of_a_daemon_that_died(
+    store: Store, listener: Listener
+) -> None:
+    requests = store.db.dream_requests
+    request_id = requests.enqueue(
+        namespace="maya", jobs=("retention",), retry_quarantined=False, requested_by="t", now=T0
+    )
+    assert requests.claim(picker="host:9:dead-daemon", now=utc_now()) is not None
+    daemon = make_daemon(store, listener, released(BlockingCalls(["maya"]), "maya", ["retention"]))
+    daemon._lease.acquire()  # the dead one's lease is gone: this daemon started
+
+    daemon._take_requests()
+
+    request = finished_request(daemon, store, request_id)
+    assert (request.status, request.picked_by) == ("done", "me")
+    assert [o["job"] for o in request.outcomes] == ["retention"]
+
+
+def test_daemon_stopping_takes_no_request(store: Store, listener: Listener) -> None:
+    daemon = make_daemon(store, listener, BlockingCalls(["maya"]))
+    store.db.dream_requests.enqueue(
+        namespace="maya", jobs=(), retry_quarantined=False, requested_by="t", now=T0
+    )
+    daemon.dispatcher.stop()
+    daemon._take_requests()
+    assert daemon._dreaming is None
+    assert store.db.dream_requests.recent()[0].status == "pending"
 
 
 @pytest.mark.slow

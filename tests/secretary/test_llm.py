@@ -16,11 +16,12 @@ from loguru import logger
 
 from prompts.consolidator_schema import ConsolidatorReply
 from prompts.render import RenderedPrompt, render
-from secretary.budget import Budget, InMemoryUsageLedger
-from secretary.clock import utc_now
-from secretary.config import LlmSettings
-from secretary.errors import BudgetExhausted, LlmCallFailed, LlmInvalidReply, LlmNotConfigured
-from secretary.llm import LlmClient, LlmUsage, response_format_for
+from secretary.llm.budget import Budget, TokenLedger
+from secretary.llm.client import LlmClient, response_format_for
+from secretary.llm.errors import BudgetExhausted, LlmCallFailed, LlmInvalidReply, LlmNotConfigured
+from secretary.llm.settings import LlmSettings
+from secretary.llm.usage import LlmUsage
+from store.clock import utc_now
 from tests.helpers.openai_server import (
     CHAT_COMPLETIONS,
     ScriptedOpenAIServer,
@@ -37,7 +38,8 @@ VALID = json.dumps(
     }
 )
 # Valid JSON, but importance is outside 1-10.
-OFF_SCHEMA = json.dumps({**json.loads(VALID), "importance": 42})
+# Covers no fragment: nothing in such a reply is usable (a rule that protects something).
+OFF_SCHEMA = json.dumps({**json.loads(VALID), "source_ids": []})
 
 
 @pytest.fixture
@@ -146,7 +148,7 @@ def test_complete_malformed_json_then_repair_succeeds(server: ScriptedOpenAIServ
     assert [record["id"] for record in reply.prompt_records()] == ["consolidator", "repair"]
     repair_messages = chat_requests(server)[1]["messages"]
     assert repair_messages[-2] == {"role": "assistant", "content": '{"summary": "cut off'}
-    assert "Invalid JSON" in repair_messages[-1]["content"]
+    assert "not valid JSON" in repair_messages[-1]["content"]
 
 
 def test_complete_schema_violation_twice_raises_invalid_reply(
@@ -154,13 +156,25 @@ def test_complete_schema_violation_twice_raises_invalid_reply(
 ) -> None:
     server.enqueue(CHAT_COMPLETIONS, chat_reply(OFF_SCHEMA), chat_reply(OFF_SCHEMA))
 
-    with pytest.raises(LlmInvalidReply, match="importance") as caught:
+    with pytest.raises(LlmInvalidReply, match="source_ids") as caught:
         LlmClient(settings_for(server)).complete(prompt(), ConsolidatorReply)
 
     assert len(chat_requests(server)) == 2
-    assert "importance" in chat_requests(server)[1]["messages"][-1]["content"]
+    assert "source_ids" in chat_requests(server)[1]["messages"][-1]["content"]
     assert caught.value.usage is not None
     assert caught.value.usage.total_tokens == 4
+
+
+def test_complete_out_of_range_number_is_clamped_and_noted(server: ScriptedOpenAIServer) -> None:
+    server.enqueue(
+        CHAT_COMPLETIONS, chat_reply(json.dumps({**json.loads(VALID), "importance": 42}))
+    )
+
+    reply = LlmClient(settings_for(server)).complete(prompt(), ConsolidatorReply)
+
+    assert reply.value.importance == 10
+    assert reply.mended == ("importance 42 clamped to 10",)
+    assert (reply.repaired, len(chat_requests(server))) == (False, 1)
 
 
 @pytest.mark.parametrize("status", [429, 500, 503])
@@ -238,7 +252,7 @@ def test_budget_per_day_exhausted_resets_next_day(server: ScriptedOpenAIServer) 
     )
     settings = settings_for(server, max_tokens_per_day=2000)
     client = LlmClient(settings)
-    ledger = InMemoryUsageLedger()
+    ledger = TokenLedger(lambda namespace, day: 0)  # nothing recorded: in memory only
 
     def run_started_at(moment: str) -> None:
         # Only the run's one clock read is frozen: litellm's own logging thread keeps the
@@ -268,7 +282,7 @@ def test_client_without_model_raises_not_configured(server: ScriptedOpenAIServer
 
 
 def test_budget_per_day_without_ledger_is_refused() -> None:
-    with pytest.raises(ValueError, match="UsageLedger"):
+    with pytest.raises(ValueError, match="needs a TokenLedger"):
         Budget(namespace="ns", now=utc_now(), max_tokens_per_day=10)
 
 
@@ -283,5 +297,7 @@ def test_budget_exact_fit_allowed_one_more_refused() -> None:
 
 
 def test_llm_module_import_leaves_litellm_unloaded() -> None:
-    code = "import sys, secretary.llm, secretary.budget; sys.exit('litellm' in sys.modules)"
+    code = (
+        "import sys, secretary.llm.client, secretary.llm.budget; sys.exit('litellm' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,23 +21,18 @@ from sqlalchemy import Engine
 from secretary.cli import cli
 from secretary.cli_common import _Group
 from secretary.cli_daemon import run, schedule
-from secretary.clock import utc_now
-from secretary.config import SCHEDULED_JOBS, ScheduleSettings, load_settings
-from secretary.errors import ConfigError
+from secretary.config import ConfigError, ScheduleBase, ScheduleSettings, load_settings
+from secretary.cron import InvalidCron, cron_trigger, missed_fire, next_fire_times, validate_cron
+from secretary.jobs.registry import JOB_NAMES, JOBS, UnknownJob
 from secretary.scheduler import (
-    InvalidCron,
     JobScheduler,
-    Override,
     ScheduleBook,
-    UnknownJob,
-    cron_trigger,
     effective_schedule,
-    missed_fire,
-    next_fire_times,
     plan_schedule,
-    validate_cron,
 )
+from store.clock import utc_now
 from store.db import make_engine, upgrade
+from store.schedules import Override, ScheduleTable
 
 UTC_ZONE = ZoneInfo("UTC")
 Invoke = Callable[..., Result]
@@ -129,7 +125,7 @@ def test_missed_fire_within_grace_after_last_run_is_found() -> None:
 def test_effective_schedule_database_overrides_config() -> None:
     overrides = {"linker": Override(cron="5 * * * *"), "auditor": Override(paused=True)}
     entries = {e.job: e for e in effective_schedule(ScheduleSettings(), overrides)}
-    assert list(entries) == list(SCHEDULED_JOBS)
+    assert list(entries) == list(JOB_NAMES)
     assert (entries["linker"].cron, entries["linker"].source) == ("5 * * * *", "database")
     assert entries["auditor"].source == "config"
     assert not entries["auditor"].active
@@ -163,18 +159,19 @@ def test_schedule_settings_bad_cron_in_config_names_the_key(tmp_path: Path) -> N
 
 
 def test_scheduled_jobs_match_the_job_registry() -> None:
-    runner = pytest.importorskip("secretary.jobs.runner")
-    assert set(runner.JOBS) == set(SCHEDULED_JOBS)
+    scheduled = set(ScheduleSettings.model_fields) - set(ScheduleBase.model_fields)
+    assert scheduled == set(JOBS)
+    assert tuple(JOBS) == JOB_NAMES
 
 
 # -- the schedule table ------------------------------------------------------------------------
 
 
 def test_schedule_book_set_pause_resume_reset_persist(engine: Engine) -> None:
-    book = ScheduleBook(engine)
+    book = ScheduleBook(ScheduleTable(engine))
     assert book.set_cron("consolidator", "0  4 * * *", now=T0) == "0 4 * * *"
     book.set_paused("linker", True, now=T0)
-    again = ScheduleBook(engine).entries()  # a fresh reader: it is in the database
+    again = ScheduleBook(ScheduleTable(engine)).entries()  # a fresh reader: it is in the database
     assert again["consolidator"] == Override(cron="0 4 * * *")
     assert again["linker"].paused
     book.set_paused("linker", False, now=T0)
@@ -185,10 +182,10 @@ def test_schedule_book_set_pause_resume_reset_persist(engine: Engine) -> None:
 
 
 def test_schedule_book_bad_input_changes_nothing(engine: Engine) -> None:
-    book = ScheduleBook(engine)
+    book = ScheduleBook(ScheduleTable(engine))
     with pytest.raises(InvalidCron):
         book.set_cron("consolidator", "every night", now=T0)
-    with pytest.raises(UnknownJob, match="the scheduled jobs are extractor"):
+    with pytest.raises(UnknownJob, match="known jobs: extractor"):
         book.set_cron("dreamer", "0 4 * * *", now=T0)
     assert book.entries() == {}
 
@@ -216,10 +213,10 @@ class Fired:
 
 @pytest.fixture
 def running(sqlite: Engine) -> Iterator[tuple[JobScheduler, ScheduleBook, Fired]]:
-    book = ScheduleBook(sqlite)
+    book = ScheduleBook(ScheduleTable(sqlite))
     fired = Fired()
     with freeze_time(T0 + timedelta(minutes=1)):  # just after the extractor's 02:00 run
-        scheduler = JobScheduler(book=book, settings=ScheduleSettings(), fire=fired)
+        scheduler = JobScheduler(table=book.table, settings=ScheduleSettings(), fire=fired)
         scheduler.start()
         try:
             yield scheduler, book, fired
@@ -261,11 +258,11 @@ def test_job_scheduler_reload_applies_new_settings(
 
 
 def test_job_scheduler_start_catches_up_a_run_missed_while_stopped(sqlite: Engine) -> None:
-    book = ScheduleBook(sqlite)
-    book.mark_fired("consolidator", now=at(3, 3))
+    book = ScheduleBook(ScheduleTable(sqlite))
+    book.table.mark_fired("consolidator", now=at(3, 3))
     fired = Fired()
     with freeze_time(at(4, 3, 31)):
-        scheduler = JobScheduler(book=book, settings=ScheduleSettings(), fire=fired)
+        scheduler = JobScheduler(table=book.table, settings=ScheduleSettings(), fire=fired)
         changes = scheduler.start()
         try:
             assert "consolidator: 0 3 * * * [config] (missed while stopped: running now)" in changes
@@ -274,6 +271,69 @@ def test_job_scheduler_start_catches_up_a_run_missed_while_stopped(sqlite: Engin
             scheduler.shutdown()
     assert fired.jobs == ["consolidator"]
     assert book.entries()["consolidator"].last_fired_at == at(4, 3, 31)
+
+
+def test_job_scheduler_start_reruns_a_firing_cut_short(sqlite: Engine) -> None:
+    # The daemon died while the consolidator's 03:00 firing ran: it started, never finished.
+    book = ScheduleBook(ScheduleTable(sqlite))
+    book.table.mark_finished("consolidator", now=at(3, 3, 5), next_fire_at=None)
+    book.table.mark_fired("consolidator", now=at(4, 3))
+    assert book.entries()["consolidator"].interrupted
+    fired = Fired()
+    with freeze_time(at(4, 3, 10)):
+        scheduler = JobScheduler(table=book.table, settings=ScheduleSettings(), fire=fired)
+        changes = scheduler.start()
+        try:
+            assert (
+                "consolidator: 0 3 * * * [config] (its last firing was cut short:"
+                " running it again now)"
+            ) in changes
+            assert fired.event.wait(10)
+        finally:
+            scheduler.shutdown()
+    assert fired.jobs == ["consolidator"]
+
+
+def test_job_scheduler_firing_counts_as_done_only_once_it_finished(sqlite: Engine) -> None:
+    book = ScheduleBook(ScheduleTable(sqlite))
+    release, started = threading.Event(), threading.Event()
+
+    def slow(job: str) -> None:
+        started.set()
+        release.wait(10)
+
+    book.table.mark_fired("consolidator", now=at(3, 3))
+    book.table.mark_finished("consolidator", now=at(3, 3, 1), next_fire_at=None)
+    with freeze_time(at(4, 3, 31)):  # a missed 03:00 firing: it runs at once
+        scheduler = JobScheduler(table=book.table, settings=ScheduleSettings(), fire=slow)
+        scheduler.start()
+        try:
+            assert started.wait(10)
+            assert book.entries()["consolidator"].interrupted  # started, not finished yet
+            release.set()
+            deadline = time.monotonic() + 10
+            while book.entries()["consolidator"].interrupted and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            scheduler.shutdown()
+    entry = book.entries()["consolidator"]
+    assert not entry.interrupted
+    assert entry.next_fire_at == at(5, 3)  # published for `secretary status`
+
+
+def test_job_scheduler_publishes_next_fire_times(
+    running: tuple[JobScheduler, ScheduleBook, Fired],
+) -> None:
+    _, book, _ = running
+    entries = book.entries()
+    assert entries["consolidator"].next_fire_at == at(4, 3)
+    assert entries["linker"].next_fire_at == at(4, 2, 20)
+
+
+def test_validate_cron_that_can_never_fire_is_refused() -> None:
+    with pytest.raises(InvalidCron, match="never comes"):
+        validate_cron("0 0 30 2 *")
+    assert validate_cron("0 0 29 2 *") == "0 0 29 2 *"  # once every four years is fine
 
 
 # -- the commands ------------------------------------------------------------------------------
@@ -310,10 +370,26 @@ def test_schedule_show_lists_every_job_with_next_times(invoke: Invoke) -> None:
     with freeze_time(T0):
         out = invoke("schedule", "show", "--count", "2").output
     assert "daemon: not running" in out
-    for job in SCHEDULED_JOBS:
+    for job in JOB_NAMES:
         assert job in out
     assert "consolidator  0 3 * * *" in out
     assert "2026-03-04T03:00+00:00, 2026-03-05T03:00+00:00" in out
+
+
+def test_schedule_show_says_a_firing_was_cut_short(invoke: Invoke, tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'data' / 'secretary.db'}")
+    table = ScheduleTable(engine)
+    table.mark_finished("consolidator", now=at(2, 3, 5), next_fire_at=None)
+    table.mark_fired("consolidator", now=at(3, 3))  # no daemon finished it
+    engine.dispose()
+
+    with freeze_time(T0):
+        out = invoke("schedule", "show").output
+        shown = json.loads(invoke("schedule", "show", "--json").output)
+
+    assert "its firing of 2026-03-03T03:00+00:00 was cut short" in out
+    jobs = {job["job"]: job for job in shown["jobs"]}
+    assert (jobs["consolidator"]["firing"], jobs["linker"]["firing"]) == ("cut short", None)
 
 
 def test_schedule_set_then_show_uses_the_database(invoke: Invoke) -> None:

@@ -17,10 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from secretary.config import ApiKey, ApiSettings, DatabaseSettings, IngestSettings, Settings
-from store.api import api_state, create_app, serve
+from secretary.config import Settings
+from store.api.app import create_app, serve
+from store.api.deps import api_state
+from store.db import session_factory
 from store.models import ConversationLog, Memory
 from store.service import Store
+from store.settings import ApiKey, ApiSettings, DatabaseSettings, IngestSettings
 from store.vector_index import VectorIndexError
 from store.workers import IndexWorker, backoff_delay
 
@@ -43,6 +46,7 @@ def auth(key: str) -> dict[str, str]:
 
 A = auth(KEY_A)
 B = auth(KEY_B)
+JSON = {"Content-Type": "application/json"}
 
 
 def open_store(data_dir: Path, keys: tuple[ApiKey, ...] = KEYS) -> Store:
@@ -69,12 +73,12 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 
 
 def memory_count(store: Store) -> int:
-    with store.repository.reading() as session:
+    with session_factory(store.db.engine)() as session:
         return int(session.scalar(select(func.count()).select_from(Memory)) or 0)
 
 
 def log_count(store: Store) -> int:
-    with store.repository.reading() as session:
+    with session_factory(store.db.engine)() as session:
         return int(session.scalar(select(func.count()).select_from(ConversationLog)) or 0)
 
 
@@ -99,9 +103,9 @@ def test_post_memories_one_object_returns_201_with_ids(client: TestClient, store
     body = response.json()
     assert body["ids"] == body["created"] == [1]
     assert body["record_id"] is not None
-    memory = store.repository.get_memory("a", 1)
+    memory = store.db.memories.get("a", 1)
     assert memory is not None
-    assert (memory.tags, memory.importance, memory.source) == (["trip"], 7, "api")
+    assert (memory.tags, memory.importance, memory.source) == (("trip",), 7, "api")
 
 
 def test_post_memories_batch_returns_ids_in_input_order(client: TestClient) -> None:
@@ -120,11 +124,11 @@ def test_post_memories_same_batch_twice_returns_200_and_changes_nothing(
 ) -> None:
     batch = [{"content": "likes tea"}, {"content": "has a cat", "external_id": "cat"}]
     first = ingest(client, batch).json()
-    exported = list(store.repository.export("a"))
+    exported = list(store.db.memories.export("a"))
     again = ingest(client, batch)
     assert again.status_code == 200
-    assert again.json() == {"ids": first["ids"], "created": [], "record_id": None}
-    assert list(store.repository.export("a")) == exported
+    assert again.json() == {"ids": first["ids"], "created": [], "updated": [], "record_id": None}
+    assert list(store.db.memories.export("a")) == exported
 
 
 def test_post_memories_bad_item_rejects_batch_naming_index(
@@ -143,7 +147,7 @@ def test_post_memories_bad_item_rejects_batch_naming_index(
     assert any(p.startswith("item 3: content") for p in named)
     assert not any(p.startswith(("item 0", "item 2")) for p in named)
     assert memory_count(store) == 0
-    assert store.repository.records() == []
+    assert store.db.records.find() == []
 
 
 def test_post_memories_over_max_batch_rejected(tmp_path: Path) -> None:
@@ -248,11 +252,11 @@ def test_search_reinforce_true_reinforces_after_flush(
     with freeze_time(T1):
         hits = search(client, q="hiking Alps", k=1).json()["hits"]
     assert [hit["id"] for hit in hits] == [ids[0]]
-    before = store.repository.get_memory("a", ids[0])
+    before = store.db.memories.get("a", ids[0])
     assert before is not None
     assert before.access_count == 0  # written off the request path
     assert api_state(app).reinforcer.flush() == 1
-    after = store.repository.get_memory("a", ids[0])
+    after = store.db.memories.get("a", ids[0])
     assert after is not None
     assert after.access_count == 1
     assert after.last_accessed == T1
@@ -263,14 +267,14 @@ def test_search_reinforce_false_changes_nothing(
     app: FastAPI, client: TestClient, store: Store
 ) -> None:
     ids = seed(client, store)
-    exported = list(store.repository.export("a"))
+    exported = list(store.db.memories.export("a"))
     response = search(client, q="hiking", reinforce="false")
     assert response.status_code == 200
     assert response.json()["hits"]
     assert api_state(app).reinforcer.pending == 0
     assert api_state(app).reinforcer.flush() == 0
-    assert list(store.repository.export("a")) == exported
-    assert store.repository.get_memory("a", ids[0]).access_count == 0  # type: ignore[union-attr]
+    assert list(store.db.memories.export("a")) == exported
+    assert store.db.memories.get("a", ids[0]).access_count == 0  # type: ignore[union-attr]
 
 
 def test_lifespan_shutdown_flushes_reinforcement_and_stops_threads(store: Store) -> None:
@@ -281,7 +285,7 @@ def test_lifespan_shutdown_flushes_reinforcement_and_stops_threads(store: Store)
         assert search(client, q="hiking Alps", k=1).json()["hits"][0]["id"] == ids[0]
     running = {thread.name for thread in threading.enumerate()}
     assert not {"reinforcer", "index-worker"} & running
-    memory = store.repository.get_memory("a", ids[0])
+    memory = store.db.memories.get("a", ids[0])
     assert memory is not None
     assert memory.access_count == 1
 
@@ -380,7 +384,15 @@ def test_healthz_needs_no_key_and_reports_outbox(client: TestClient) -> None:
     ingest(client, [{"content": "a"}, {"content": "b"}])
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "outbox": 2, "warm": False}
+    body = response.json()
+    assert {k: body[k] for k in ("status", "database", "outbox", "warm")} == {
+        "status": "ok",
+        "database": "ok",
+        "outbox": 2,
+        "warm": False,
+    }
+    assert body["lexical_index"] == {"status": "warming", "warm": False}
+    assert body["vector_index"]["outbox"] == 2
 
 
 def test_healthz_warm_after_warm_up(client: TestClient, app: FastAPI, store: Store) -> None:
@@ -498,7 +510,7 @@ def test_search_malformed_query_422_names_parameter(
 def test_post_memories_malformed_body_4xx_names_problem(
     client: TestClient, store: Store, body: bytes, status: int, where: str
 ) -> None:
-    response = client.post("/v1/memories", content=body, headers=A)
+    response = client.post("/v1/memories", content=body, headers={**A, **JSON})
     assert response.status_code == status
     assert any(p.startswith(where) for p in problems(response)), problems(response)
     assert memory_count(store) == 0
@@ -511,7 +523,8 @@ def test_post_memories_malformed_body_4xx_names_problem(
         ("GET", "/v1/memories/0", 422),
         ("GET", f"/v1/memories/{2**70}", 422),
         ("GET", "/v1/nothing-here", 404),
-        ("DELETE", "/v1/memories/1", 405),
+        ("DELETE", "/v1/memories/1", 404),
+        ("PUT", "/v1/memories/1", 405),
     ],
 )
 def test_malformed_path_or_method_json_error(
@@ -561,7 +574,7 @@ def test_fuzz_ingest_bodies_never_5xx(
     kind, body = kind_body
     content = body if kind == "raw" else json.dumps(body).encode()
     before = (memory_count(store), log_count(store))
-    response = client.post(path, content=content, headers=A)
+    response = client.post(path, content=content, headers={**A, **JSON})
     assert response.status_code < 500
     if response.status_code >= 400:
         assert problems(response)
@@ -632,5 +645,35 @@ def test_index_worker_applies_outbox_of_real_store(client: TestClient, store: St
     ingest(client, [{"content": "a"}, {"content": "b"}])
     worker = IndexWorker(lambda: store.indexer.sync())
     assert worker.run_once() is True
-    assert store.repository.outbox_size() == 0
+    assert store.db.work.outbox_size() == 0
     assert store.indexer.verify("a").clean
+
+
+# -- admin keys --------------------------------------------------------------------------------
+
+ADMIN = "key-admin-0123456789"
+
+
+def test_admin_key_reads_and_writes_every_namespace(tmp_path: Path) -> None:
+    store = open_store(tmp_path, (*KEYS, ApiKey(key=ADMIN, namespaces=("*",))))
+    admin = auth(ADMIN)
+    with TestClient(create_app(store, start_workers=False)) as test_client:
+        assert ingest(test_client, {"content": "apples in a"}, A).status_code == 201
+        written = ingest(test_client, {"content": "apples in c"}, admin, namespace="c")
+        assert written.status_code == 201
+        memory_c = written.json()["ids"][0]
+        listed = test_client.get("/v1/namespaces", headers=admin).json()
+        assert {n["namespace"] for n in listed["namespaces"]} >= {"a", "c"}
+        path = f"/v1/memories/{memory_c}"
+        assert test_client.get(path, params={"namespace": "c"}, headers=admin).status_code == 200
+        assert test_client.get(path, params={"namespace": "c"}, headers=A).status_code == 404
+        assert test_client.get(path, headers=A).status_code == 404
+        query = {"q": "apples", "namespace": "a"}
+        found = test_client.get("/v1/search", params=query, headers=admin)
+        assert [hit["content"] for hit in found.json()["hits"]] == ["apples in a"]
+    store.close()
+
+
+def test_admin_star_listed_with_other_namespaces_is_refused() -> None:
+    with pytest.raises(ValueError, match="cannot be listed with other namespaces"):
+        ApiKey(key=ADMIN, namespaces=("*", "a"))

@@ -1,4 +1,4 @@
-"""Plan operations applied through the repository: one record, exact images, timeline kept."""
+"""Plan operations applied through the writer: one record, exact images, timeline kept."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from store.apply import RecordInfo, apply_operations
+from store.database import Database
 from store.errors import NotFound, ValidationFailed
-from store.models import MemoryStatus
+from store.kinds import MemoryStatus
 from store.operations import (
     CreateMemory,
     CreateRelation,
@@ -17,7 +17,7 @@ from store.operations import (
     SetStatus,
     UpdateMemory,
 )
-from store.repository import Repository
+from store.record_info import RecordInfo
 from store.schemas import MemoryIn
 from tests.store.test_repository import timeline
 
@@ -25,17 +25,18 @@ NOW = datetime(2026, 2, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 
 
-def seed(repo: Repository, count: int = 5) -> tuple[int, ...]:
+def seed(db: Database, count: int = 5) -> tuple[int, ...]:
     items = [
         MemoryIn(content=f"fragment {i}", timestamp=NOW + i * HOUR, session_id="s")
         for i in range(count)
     ]
-    return repo.add_memories("ns", items, now=NOW).ids
+    return db.writer.add_memories("ns", items, now=NOW).ids
 
 
-def test_apply_consolidation_summary_takes_fragments_place(repo: Repository) -> None:
-    ids = seed(repo)
-    repo.add_relation("ns", ids[1], ids[4], "causal", strength=0.8, now=NOW, job="test")
+def test_apply_consolidation_summary_takes_fragments_place(db: Database) -> None:
+    ids = seed(db)
+    relation = CreateRelation(source=ids[1], target=ids[4], type="causal", strength=0.8)
+    db.writer.apply("ns", "test", [relation], now=NOW)
     fragments = ids[1:3]
     ops = [
         CreateMemory(
@@ -55,8 +56,7 @@ def test_apply_consolidation_summary_takes_fragments_place(repo: Repository) -> 
             for f in fragments
         ],
     ]
-    applied = apply_operations(
-        repo,
+    applied = db.writer.apply(
         "ns",
         "consolidator",
         ops,
@@ -65,27 +65,26 @@ def test_apply_consolidation_summary_takes_fragments_place(repo: Repository) -> 
         job_state={"watermark": 5},
     )
     summary = applied.created["summary"]
-    order = timeline(repo, "ns")
+    order = timeline(db, "ns")
     assert order == [ids[0], summary, ids[3], ids[4]]
-    assert summary not in repo.active_memories("ns", fragments)
-    edges = {(e.source_id, e.target_id, e.type) for e in repo.edges("ns", [summary])}
+    assert summary not in db.memories.active("ns", fragments)
+    edges = {(e.source_id, e.target_id, e.type) for e in db.search.edges("ns", [summary])}
     assert (summary, ids[4], "causal") in edges
     assert {(summary, f, "derived_from") for f in fragments} <= edges
-    record, operations = repo.record(applied.record_id)  # type: ignore[arg-type]
+    record, operations = db.records.get(applied.record_id)  # type: ignore[arg-type]
     assert record.model == "m"
     assert record.tokens_in == 10
     assert all(op.before is not None or op.op.startswith("create") for op in operations)
-    assert repo.job_state("consolidator", "ns") == {"watermark": 5}
+    assert db.work.job_state("consolidator", "ns") == {"watermark": 5}
 
 
-def test_apply_unknown_or_foreign_id_raises_and_writes_nothing(repo: Repository) -> None:
-    ids = seed(repo, 2)
-    other = repo.add_memories("other", [MemoryIn(content="x")], now=NOW).ids[0]
-    before = list(repo.export("ns"))
+def test_apply_unknown_or_foreign_id_raises_and_writes_nothing(db: Database) -> None:
+    ids = seed(db, 2)
+    other = db.writer.add_memories("other", [MemoryIn(content="x")], now=NOW).ids[0]
+    before = list(db.memories.export("ns"))
     for bad in (other, 9999):
         with pytest.raises(NotFound):
-            apply_operations(
-                repo,
+            db.writer.apply(
                 "ns",
                 "auditor",
                 [
@@ -94,14 +93,13 @@ def test_apply_unknown_or_foreign_id_raises_and_writes_nothing(repo: Repository)
                 ],
                 now=NOW,
             )
-    assert list(repo.export("ns")) == before
+    assert list(db.memories.export("ns")) == before
 
 
-def test_apply_update_refuses_fields_outside_whitelist(repo: Repository) -> None:
-    ids = seed(repo, 1)
+def test_apply_update_refuses_fields_outside_whitelist(db: Database) -> None:
+    ids = seed(db, 1)
     with pytest.raises(ValidationFailed):
-        apply_operations(
-            repo,
+        db.writer.apply(
             "ns",
             "auditor",
             [UpdateMemory(memory_id=ids[0], changes={"namespace": "x"})],
@@ -109,27 +107,34 @@ def test_apply_update_refuses_fields_outside_whitelist(repo: Repository) -> None
         )
 
 
-def test_apply_purge_only_tombstones_and_relinks_timeline(repo: Repository) -> None:
-    ids = seed(repo, 3)
+def test_apply_purge_only_tombstones_and_relinks_timeline(db: Database) -> None:
+    ids = seed(db, 3)
     with pytest.raises(ValidationFailed):
-        apply_operations(repo, "ns", "retention", [Purge(memory_id=ids[1])], now=NOW)
-    apply_operations(
-        repo, "ns", "auditor", [SetStatus(memory_id=ids[1], status=MemoryStatus.ARCHIVED)], now=NOW
+        db.writer.apply("ns", "retention", [Purge(memory_id=ids[1])], now=NOW)
+    archived = db.writer.apply(
+        "ns", "auditor", [SetStatus(memory_id=ids[1], status=MemoryStatus.ARCHIVED)], now=NOW
     )
-    applied = apply_operations(repo, "ns", "retention", [Purge(memory_id=ids[1])], now=NOW)
-    assert timeline(repo, "ns") == [ids[0], ids[2]]
-    assert repo.get_memory("ns", ids[1]) is None
-    _, operations = repo.record(applied.record_id)  # type: ignore[arg-type]
+    applied = db.writer.apply("ns", "retention", [Purge(memory_id=ids[1])], now=NOW)
+    assert timeline(db, "ns") == [ids[0], ids[2]]
+    assert db.memories.get("ns", ids[1]) is None
+    _, operations = db.records.get(applied.record_id)  # type: ignore[arg-type]
     purge = [op for op in operations if op.op == "delete_memory"]
     assert len(purge) == 1
+    # The purge keeps that the row existed (id, hash), not its content ...
     assert purge[0].before is not None
-    assert purge[0].before["content"] == "fragment 1"
+    assert purge[0].before["forgotten"] is True
+    assert "content" not in purge[0].before
+    # ... and the record that archived it no longer holds its images either.
+    _, earlier = db.records.get(archived.record_id)  # type: ignore[arg-type]
+    images = [op.before for op in earlier if op.target_id == ids[1]]
+    images += [op.after for op in earlier if op.target_id == ids[1]]
+    assert images
+    assert all(i is None or "content" not in i for i in images)
 
 
-def test_apply_nothing_to_do_leaves_no_record(repo: Repository) -> None:
-    ids = seed(repo, 1)
-    applied = apply_operations(
-        repo,
+def test_apply_nothing_to_do_leaves_no_record(db: Database) -> None:
+    ids = seed(db, 1)
+    applied = db.writer.apply(
         "ns",
         "auditor",
         [UpdateMemory(memory_id=ids[0], changes={"content": "fragment 0"})],

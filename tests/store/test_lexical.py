@@ -1,50 +1,22 @@
-"""Tests of the BM25 lexical index and its per-namespace cache."""
+"""Tests of the BM25 lexical index: tokenising, building, searching, views, filters."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from store import lexical
-from store.lexical import LexDoc, LexicalCache, LexicalIndex, LexicalView, tokenize
+from store.lexical import LexDoc, LexicalIndex, LexicalView, tokenize
+from store.lexical_columns import merge
+from store.lexical_facets import FACET_VALUE_CHARS
+from store.requests import SearchFilters
 
 
 def _doc(memory_id: int, text: str, session: str | None = None) -> LexDoc:
     return LexDoc(memory_id=memory_id, text=text, session_key=session)
-
-
-class FakeStore:
-    """An in-memory namespace with loaders that count their calls."""
-
-    def __init__(self, docs: Sequence[LexDoc] = ()) -> None:
-        self.docs = list(docs)
-        self.revision = 1
-        self.load_all_calls = 0
-        self.load_since_calls: list[int] = []
-        self._lock = threading.Lock()
-
-    def add(self, text: str, session: str | None = None) -> int:
-        with self._lock:
-            memory_id = max((d.memory_id for d in self.docs), default=0) + 1
-            self.docs.append(_doc(memory_id, text, session))
-            self.revision += 1
-            return memory_id
-
-    def load_all(self) -> list[LexDoc]:
-        with self._lock:
-            self.load_all_calls += 1
-            return list(self.docs)
-
-    def load_since(self, after: int) -> list[LexDoc]:
-        with self._lock:
-            self.load_since_calls.append(after)
-            return [d for d in self.docs if d.memory_id > after]
-
-    def view(self, cache: LexicalCache, namespace: str = "ns") -> LexicalView:
-        return cache.get(namespace, self.revision, self.load_all, self.load_since)
 
 
 CORPUS = [
@@ -188,120 +160,99 @@ def test_view_search_base_and_tail_equal_lengths_matches_full_index() -> None:
     assert all(got[key] == pytest.approx(score, rel=1e-5) for key, score in expected.items())
 
 
-def test_cache_get_first_time_builds_base() -> None:
-    store = FakeStore(CORPUS)
-    view = store.view(LexicalCache())
-    assert (len(view), view.tail_size) == (5, 0)
-    assert (store.load_all_calls, store.load_since_calls) == (1, [])
+def test_view_dead_documents_are_not_found_and_not_counted() -> None:
+    base = LexicalIndex.build(CORPUS)
+    dead = base.position(np.array([1, 2], dtype=np.int64))
+    view = LexicalView(base, LexicalIndex.build([_doc(1, "now about a violin", "s1")]), dead=dead)
+    assert list(view.search("dog", 10)) == []
+    assert list(view.search("violin", 10)) == [1]
+    assert (len(view), view.dead_count, view.tail_size) == (4, 2, 1)
 
 
-def test_cache_get_revision_unchanged_does_not_load() -> None:
-    store, cache = FakeStore(CORPUS), LexicalCache()
-    first = store.view(cache)
-    second = store.view(cache)
-    assert second is first
-    assert (store.load_all_calls, store.load_since_calls) == (1, [])
+def test_build_unsorted_documents_are_indexed_by_id() -> None:
+    shuffled = LexicalIndex.build([CORPUS[3], CORPUS[0], CORPUS[4], CORPUS[2], CORPUS[1]])
+    ordered = LexicalIndex.build(CORPUS)
+    assert shuffled.columns.keys.tolist() == [1, 2, 3, 4, 5]
+    for query in ("dog paris", "rainy trip", "tax"):
+        assert shuffled.search(query, 10) == ordered.search(query, 10)
+        assert shuffled.search_sessions(query, 10) == ordered.search_sessions(query, 10)
 
 
-def test_cache_get_new_docs_found_in_tail_without_rebuild() -> None:
-    store, cache = FakeStore(CORPUS), LexicalCache()
-    store.view(cache)
-    new_id = store.add("Bought a new bicycle in 2024")
-    view = store.view(cache)
-    assert list(view.search("bicycles", 10)) == [new_id]
-    assert next(iter(view.search("paris bicycle", 10))) == new_id  # rarer term ranks first
-    newer_id = store.add("The bicycle has a flat tyre", "s2")
-    view = store.view(cache)
-    assert set(view.search("bicycle", 10)) == {new_id, newer_id}
-    assert "s2" in view.search_sessions("tyre", 10)
-    assert (store.load_all_calls, store.load_since_calls) == (1, [5, 6])
-    assert view.tail_size == 2
+# -- merging columns ----------------------------------------------------------------------------
 
 
-def test_cache_get_revision_changed_without_new_docs_keeps_index() -> None:
-    store, cache = FakeStore(CORPUS), LexicalCache()
-    first = store.view(cache)
-    store.revision += 1  # e.g. a memory archived: no new ids
-    assert store.view(cache) is first
-    store.view(cache)
-    assert (store.load_all_calls, store.load_since_calls) == (1, [5])
+def test_merge_of_parts_scores_exactly_as_a_build_of_the_same_documents() -> None:
+    docs = [*CORPUS, _doc(6, "the dog and the parrot", "s3"), _doc(7, "parrot in Paris", "s1")]
+    first = LexicalIndex.build(docs[:4]).columns
+    second = LexicalIndex.build([docs[6], docs[4], docs[5]]).columns
+    merged = LexicalIndex.from_columns(merge([second, first]))
+    fresh = LexicalIndex.build(docs)
+    for query in ("dog", "parrot paris", "rainy trip squirrel", "2024 tax", "park"):
+        assert merged.search(query, 10) == fresh.search(query, 10)  # equal floats, same order
+        assert merged.search_sessions(query, 10) == fresh.search_sessions(query, 10)
+    assert merged.columns.session.names == fresh.columns.session.names
 
 
-def test_cache_get_tail_beyond_max_tail_rebuilds_base() -> None:
-    store, cache = FakeStore(CORPUS), LexicalCache(max_tail=2)
-    store.view(cache)
-    store.add("first extra memory")
-    store.add("second extra memory")
-    assert store.view(cache).tail_size == 2
-    store.add("third extra memory")
-    view = store.view(cache)
-    assert (view.tail_size, len(view), store.load_all_calls) == (0, 8, 2)
-    assert len(view.search("extra", 10)) == 3
-    store.add("fourth extra memory")
-    assert store.view(cache).tail_size == 1
-    assert store.load_since_calls[-1] == 8  # the rebuilt base's highest id
+def test_merge_keeps_only_the_words_and_sessions_its_documents_have() -> None:
+    columns = LexicalIndex.build(CORPUS).columns
+    kept = columns.take(np.array([0, 4], dtype=np.int64))  # drops 2, 3, 4: session s2 goes
+    merged = merge([kept])
+    assert "pari" not in merged.tokens.names
+    assert "squirrel" not in merged.tokens.names
+    assert merged.session.names == ["s1"]
+    words = tokenize([CORPUS[0].text, CORPUS[4].text])
+    assert sorted(merged.tokens.names) == sorted(set(words[0] + words[1]))
 
 
-def test_cache_get_empty_namespace_then_writes_uses_tail() -> None:
-    store, cache = FakeStore(), LexicalCache()
-    assert store.view(cache).search("anything", 5) == {}
-    store.add("hello world")
-    assert list(store.view(cache).search("world", 5)) == [1]
-    assert (store.load_all_calls, store.load_since_calls) == (1, [-1])
+def test_merge_repeated_memory_id_raises() -> None:
+    columns = LexicalIndex.build(CORPUS[:2]).columns
+    with pytest.raises(ValueError, match="duplicate memory_id"):
+        merge([columns, columns])
 
 
-def test_cache_invalidate_forces_rebuild() -> None:
-    store, cache = FakeStore(CORPUS), LexicalCache()
-    store.view(cache)
-    store.docs[0] = _doc(1, "edited in place: violin lessons", "s1")
-    cache.invalidate("ns")
-    assert list(store.view(cache).search("violin", 5)) == [1]
-    assert store.load_all_calls == 2
+# -- filters ------------------------------------------------------------------------------------
+
+MAY = datetime(2023, 5, 1, tzinfo=UTC)
+FILTERED = [
+    LexDoc(memory_id=1, text="red kite over the hill", session_key=None, type="event",
+           event_time=MAY, tags=("birds", "walks"), metadata={"channel": "voice", "n": 3}),
+    LexDoc(memory_id=2, text="red kite in the garden", session_key=None, type="fact",
+           event_time=MAY + timedelta(days=30), tags=("birds",), metadata={"channel": "chat"}),
+    LexDoc(memory_id=3, text="a red kite book", session_key=None, type="event",
+           event_time=MAY + timedelta(days=60), tags=(), metadata={"ok": True, "long": "x" * 300}),
+]  # fmt: skip
 
 
-def test_cache_get_beyond_max_namespaces_evicts_least_recently_used() -> None:
-    stores = {name: FakeStore(CORPUS) for name in ("a", "b", "c")}
-    cache = LexicalCache(max_namespaces=2)
-    stores["a"].view(cache, "a")
-    stores["b"].view(cache, "b")
-    stores["a"].view(cache, "a")  # a is now more recent than b
-    stores["c"].view(cache, "c")  # evicts b
-    assert len(cache) == 2
-    for name in ("a", "b", "c"):
-        stores[name].view(cache, name)
-    assert [stores[n].load_all_calls for n in ("a", "b", "c")] == [1, 2, 2]
+@pytest.mark.parametrize(
+    ("filters", "found"),
+    [
+        (SearchFilters(), [1, 2, 3]),
+        (SearchFilters(types=("event",)), [1, 3]),
+        (SearchFilters(types=("preference",)), []),
+        (SearchFilters(tags=("birds",)), [1, 2]),
+        (SearchFilters(tags=("birds", "walks")), [1]),
+        (SearchFilters(tags=("cats",)), []),
+        (SearchFilters(since=MAY + timedelta(days=30)), [2, 3]),
+        (SearchFilters(until=MAY + timedelta(days=30)), [1]),
+        (SearchFilters(metadata=(("channel", "voice"),)), [1]),
+        (SearchFilters(metadata=(("n", "3"),)), [1]),
+        (SearchFilters(metadata=(("ok", "true"),)), [3]),
+        (SearchFilters(metadata=(("n", "three"),)), []),
+        # A value too long to be a facet restricts nothing here (SQL checks every hit).
+        (SearchFilters(metadata=(("long", "x" * 300),)), [1, 2, 3]),
+        (SearchFilters(types=("event",), tags=("birds",)), [1]),
+    ],
+)
+def test_view_search_filters_applied_in_the_index(filters: SearchFilters, found: list[int]) -> None:
+    view = LexicalView(LexicalIndex.build(FILTERED[:2]), LexicalIndex.build(FILTERED[2:]))
+    assert sorted(view.search("red kite", 10, filters=filters)) == found
+    exact = [doc.memory_id for doc in FILTERED if filters.matches(_FilterRow(doc))]
+    if not any(len(value) > FACET_VALUE_CHARS for _, value in filters.metadata):
+        assert found == exact  # the index agrees with SQL's own check
 
 
-def test_cache_get_many_threads_searching_and_writing_stay_consistent() -> None:
-    store, cache = FakeStore(CORPUS), LexicalCache(max_tail=5)
-    errors: list[BaseException] = []
-
-    def writer() -> None:
-        for i in range(30):
-            store.add(f"concurrent note number{i}")
-
-    def reader() -> None:
-        try:
-            for _ in range(60):
-                for namespace in ("ns", "other"):
-                    view = store.view(cache, namespace)
-                    assert all(0 < s <= 1.0 for s in view.search("concurrent note", 50).values())
-                    assert view.search("dog", 5)
-        except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=writer)]
-    threads += [threading.Thread(target=reader) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    final = store.view(cache)
-    assert len(final.search("concurrent", 100)) == 30
-    assert len(final) == 35
-
-
-def test_cache_init_invalid_limits_raise() -> None:
-    with pytest.raises(ValueError, match="max_namespaces"):
-        LexicalCache(max_namespaces=0)
+class _FilterRow:
+    def __init__(self, doc: LexDoc) -> None:
+        self.type, self.tags, self.metadata = doc.type, list(doc.tags), dict(doc.metadata)
+        assert doc.event_time is not None
+        self.event_time = doc.event_time

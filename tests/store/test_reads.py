@@ -4,34 +4,45 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from store.models import MemoryStatus
-from store.repository import Repository
+from store.database import Database
+from store.kinds import MemoryStatus
+from store.operations import CreateRelation, SetStatus
 from store.schemas import MemoryIn
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 
 
-def _add(repo: Repository, namespace: str, *items: MemoryIn) -> list[int]:
-    return list(repo.add_memories(namespace, list(items), now=NOW, source="test").ids)
+def _add(db: Database, namespace: str, *items: MemoryIn) -> list[int]:
+    return list(db.writer.add_memories(namespace, list(items), now=NOW, source="test").ids)
+
+
+def _archive(db: Database, namespace: str, memory_id: int) -> None:
+    operation = SetStatus(memory_id=memory_id, status=MemoryStatus.ARCHIVED)
+    db.writer.apply(namespace, "test", [operation], now=NOW)
+
+
+def _relate(db: Database, source: int, target: int, type_: str, strength: float) -> None:
+    operation = CreateRelation(source=source, target=target, type=type_, strength=strength)
+    db.writer.apply("a", "test", [operation], now=NOW)
 
 
 def _memory(content: str, **fields: object) -> MemoryIn:
     return MemoryIn.model_validate({"content": content, **fields})
 
 
-def test_search_rows_only_active_of_namespace(repo: Repository) -> None:
-    mine = _add(repo, "a", _memory("one", tags=["x"], metadata={"k": "v"}), _memory("two"))
-    theirs = _add(repo, "b", _memory("three"))
-    repo.set_status("a", [mine[1]], MemoryStatus.ARCHIVED, now=NOW, job="test")
-    rows = repo.search_rows("a", [*mine, *theirs, 999_999])
+def test_search_rows_only_active_of_namespace(db: Database) -> None:
+    mine = _add(db, "a", _memory("one", tags=["x"], metadata={"k": "v"}), _memory("two"))
+    theirs = _add(db, "b", _memory("three"))
+    _archive(db, "a", mine[1])
+    rows = db.search.search_rows("a", [*mine, *theirs, 999_999])
     assert list(rows) == [mine[0]]
     assert (rows[mine[0]].tags, rows[mine[0]].metadata) == (["x"], {"k": "v"})
 
 
-def test_filtered_rows_type_time_and_plain_metadata_narrowed_in_sql(repo: Repository) -> None:
+def test_filtered_rows_type_time_and_plain_metadata_narrowed_in_sql(db: Database) -> None:
     ids = _add(
-        repo,
+        db,
         "a",
         _memory("net", type="fact", timestamp=NOW - DAY, metadata={"area": "NETWORK"}),
         _memory(
@@ -40,60 +51,60 @@ def test_filtered_rows_type_time_and_plain_metadata_narrowed_in_sql(repo: Reposi
         _memory("old net", type="fact", timestamp=NOW - 9 * DAY, metadata={"area": "NETWORK"}),
         _memory("event", type="event", timestamp=NOW - DAY, metadata={"area": "NETWORK"}),
     )
-    _add(repo, "b", _memory("other namespace", type="fact", metadata={"area": "NETWORK"}))
-    rows = repo.filtered_rows(
+    _add(db, "b", _memory("other namespace", type="fact", metadata={"area": "NETWORK"}))
+    rows = db.search.filtered_rows(
         "a", types=("fact",), since=NOW - 2 * DAY, metadata=(("area", "NETWORK"),), limit=10
     )
     assert rows is not None
     assert [row.id for row in rows] == [ids[0]]
 
 
-def test_filtered_rows_json_literal_values_left_to_the_caller(repo: Repository) -> None:
+def test_filtered_rows_json_literal_values_left_to_the_caller(db: Database) -> None:
     # "3" may be the JSON text of the number 3: SQL cannot compare it portably, so it stays in.
-    ids = _add(repo, "a", _memory("n", metadata={"retries": 3}), _memory("s", metadata={"x": 1}))
-    rows = repo.filtered_rows("a", metadata=(("retries", "3"),), limit=10)
+    ids = _add(db, "a", _memory("n", metadata={"retries": 3}), _memory("s", metadata={"x": 1}))
+    rows = db.search.filtered_rows("a", metadata=(("retries", "3"),), limit=10)
     assert rows is not None
     assert sorted(row.id for row in rows) == ids
 
 
-def test_filtered_rows_odd_key_not_put_in_sql(repo: Repository) -> None:
-    ids = _add(repo, "a", _memory("q", metadata={'we"ird key': "v"}))
-    rows = repo.filtered_rows("a", metadata=(('we"ird key', "v"),), limit=10)
+def test_filtered_rows_odd_key_not_put_in_sql(db: Database) -> None:
+    ids = _add(db, "a", _memory("q", metadata={'we"ird key': "v"}))
+    rows = db.search.filtered_rows("a", metadata=(('we"ird key', "v"),), limit=10)
     assert rows is not None
     assert [row.id for row in rows] == ids
 
 
-def test_filtered_rows_more_than_limit_is_none(repo: Repository) -> None:
-    _add(repo, "a", *(_memory(f"m{i}", type="fact") for i in range(4)))
-    assert repo.filtered_rows("a", types=("fact",), limit=3) is None
-    assert repo.filtered_rows("a", types=("fact",), limit=4) is not None
+def test_filtered_rows_more_than_limit_is_none(db: Database) -> None:
+    _add(db, "a", *(_memory(f"m{i}", type="fact") for i in range(4)))
+    assert db.search.filtered_rows("a", types=("fact",), limit=3) is None
+    assert db.search.filtered_rows("a", types=("fact",), limit=4) is not None
 
 
-def test_edges_and_revision(repo: Repository) -> None:
-    ids = _add(repo, "a", _memory("one"), _memory("two"), _memory("three"))
-    before = repo.revision("a")
-    repo.add_relation("a", ids[0], ids[1], "causal", strength=0.4, now=NOW, job="test")
-    repo.add_relation("a", ids[1], ids[2], "thematic", strength=0.9, now=NOW, job="test")
-    assert repo.revision("a") > before
-    assert repo.revision("nobody") == 0
-    edges = repo.edges("a", [ids[1]])
+def test_edges_and_revision(db: Database) -> None:
+    ids = _add(db, "a", _memory("one"), _memory("two"), _memory("three"))
+    before = db.search.revision("a")
+    _relate(db, ids[0], ids[1], "causal", strength=0.4)
+    _relate(db, ids[1], ids[2], "thematic", strength=0.9)
+    assert db.search.revision("a") > before
+    assert db.search.revision("nobody") == 0
+    edges = db.search.edges("a", [ids[1]])
     assert [(e.source_id, e.target_id, e.type) for e in edges] == [
         (ids[1], ids[2], "thematic"),  # strongest first
         (ids[0], ids[1], "causal"),
     ]
-    assert repo.edges("b", [ids[1]]) == []
+    assert db.search.edges("b", [ids[1]]) == []
 
 
-def test_lexical_rows_paged_by_id_active_of_namespace_only(repo: Repository) -> None:
-    ids = _add(repo, "a", *(_memory(f"m{i}") for i in range(5)))
-    _add(repo, "b", _memory("elsewhere"))
-    repo.set_status("a", [ids[1]], MemoryStatus.ARCHIVED, now=NOW, job="test")
-    first = repo.lexical_rows("a", limit=2)
-    second = repo.lexical_rows("a", after_id=first[-1].memory_id, limit=2)
-    third = repo.lexical_rows("a", after_id=second[-1].memory_id, limit=2)
+def test_lexical_rows_paged_by_id_active_of_namespace_only(db: Database) -> None:
+    ids = _add(db, "a", *(_memory(f"m{i}") for i in range(5)))
+    _add(db, "b", _memory("elsewhere"))
+    _archive(db, "a", ids[1])
+    first = db.search.lexical_rows("a", limit=2)
+    second = db.search.lexical_rows("a", after_id=first[-1].memory_id, limit=2)
+    third = db.search.lexical_rows("a", after_id=second[-1].memory_id, limit=2)
     assert [[row.memory_id for row in page] for page in (first, second, third)] == [
         [ids[0], ids[2]],
         [ids[3], ids[4]],
         [],
     ]
-    assert [row.content for row in repo.lexical_rows("a", after_id=ids[2])] == ["m3", "m4"]
+    assert [row.content for row in db.search.lexical_rows("a", after_id=ids[2])] == ["m3", "m4"]

@@ -1,30 +1,40 @@
-"""The repository on SQLite and PostgreSQL: ingestion, timeline, records, outbox, export."""
+"""The writer and the reads on SQLite and PostgreSQL: ingestion, timeline, records, outbox,
+export."""
 
 from __future__ import annotations
 
 import json
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from secretary.llm.budget import Budget, TokenLedger
+from secretary.llm.errors import BudgetExhausted
+from store.database import Database
+from store.db import session_factory
 from store.errors import ValidationFailed
-from store.models import IndexOutbox, MaintenanceRecord, Memory, MemoryStatus
-from store.repository import Repository
+from store.kinds import MemoryStatus, Outcome
+from store.models import IndexOutbox, MaintenanceRecord, Memory
+from store.operations import CreateRelation, SetStatus
+from store.record_info import RecordInfo
 from store.schemas import Limits, LogIn, MemoryIn, parse_items
+from store.unit import UnitOfWork
+from store.views import RecordView
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 
 
-def timeline(repo: Repository, namespace: str) -> list[int]:
+def timeline(db: Database, namespace: str) -> list[int]:
     """Walk the timeline from its head through next_id and check prev_id on the way back.
 
-    Merged memories are off the timeline: their summary took their place.
+    Only active memories are on the timeline: a retired one left it.
     """
-    with repo.reading() as session:
-        query = select(Memory).where(Memory.namespace == namespace, Memory.status != "merged")
+    with session_factory(db.engine)() as session:
+        query = select(Memory).where(Memory.namespace == namespace, Memory.status == "active")
         rows = {m.id: m for m in session.scalars(query)}
     heads = [m for m in rows.values() if m.prev_id is None]
     assert len(heads) <= 1, "a timeline has exactly one head"
@@ -44,62 +54,78 @@ def mem(content: str, when: datetime | None = None, **kw: object) -> MemoryIn:
     return MemoryIn.model_validate({"content": content, "timestamp": when, **kw})
 
 
-def test_add_memories_same_batch_twice_changes_nothing(repo: Repository) -> None:
+def set_status(
+    db: Database, namespace: str, ids: list[int], status: MemoryStatus, *, now: datetime
+) -> int | None:
+    """Change the status of memories through the writer; return the record id."""
+    operations = [SetStatus(memory_id=i, status=status) for i in ids]
+    return db.writer.apply(namespace, "test", operations, now=now).record_id
+
+
+def relate(db: Database, source: int, target: int, type_: str, strength: float) -> None:
+    operation = CreateRelation(source=source, target=target, type=type_, strength=strength)
+    db.writer.apply("ns", "test", [operation], now=NOW)
+
+
+def records(db: Database, namespace: str) -> list[RecordView]:
+    return list(db.records.find(namespaces=[namespace], limit=100))
+
+
+def test_add_memories_same_batch_twice_changes_nothing(db: Database) -> None:
     items = [mem("went hiking", NOW), mem("likes tea", NOW + DAY, external_id="x1")]
-    first = repo.add_memories("ns", items, now=NOW)
-    exported = list(repo.export("ns"))
-    second = repo.add_memories("ns", items, now=NOW + DAY)
+    first = db.writer.add_memories("ns", items, now=NOW)
+    exported = list(db.memories.export("ns"))
+    second = db.writer.add_memories("ns", items, now=NOW + DAY)
     assert len(first.created) == 2
     assert second.created == ()
     assert second.ids == first.ids
     assert second.record_id is None
-    assert list(repo.export("ns")) == exported
-    assert len(repo.records("ns")) == 1
+    assert list(db.memories.export("ns")) == exported
+    assert len(records(db, "ns")) == 1
 
 
-def test_add_memories_out_of_order_links_timeline_by_event_time(repo: Repository) -> None:
+def test_add_memories_out_of_order_links_timeline_by_event_time(db: Database) -> None:
     days = list(range(12))
     random.Random(7).shuffle(days)
     for day in days:
-        repo.add_memories("ns", [mem(f"event on day {day}", NOW + day * DAY)], now=NOW)
-    order = timeline(repo, "ns")
-    with repo.reading() as session:
-        contents = [session.get(Memory, i).content for i in order]  # type: ignore[union-attr]
+        db.writer.add_memories("ns", [mem(f"event on day {day}", NOW + day * DAY)], now=NOW)
+    order = timeline(db, "ns")
+    contents = [db.memories.get("ns", i).content for i in order]  # type: ignore[union-attr]
     assert contents == [f"event on day {d}" for d in range(12)]
 
 
-def test_add_memories_equal_times_keep_arrival_order(repo: Repository) -> None:
-    result = repo.add_memories("ns", [mem(f"turn {i}", NOW) for i in range(5)], now=NOW)
-    assert timeline(repo, "ns") == list(result.ids)
+def test_add_memories_equal_times_keep_arrival_order(db: Database) -> None:
+    result = db.writer.add_memories("ns", [mem(f"turn {i}", NOW) for i in range(5)], now=NOW)
+    assert timeline(db, "ns") == list(result.ids)
 
 
-def test_add_memories_timelines_are_per_namespace(repo: Repository) -> None:
-    repo.add_memories("a", [mem("a1", NOW), mem("a2", NOW + DAY)], now=NOW)
-    repo.add_memories("b", [mem("b1", NOW + DAY / 2)], now=NOW)
-    assert len(timeline(repo, "a")) == 2
-    assert len(timeline(repo, "b")) == 1
+def test_add_memories_timelines_are_per_namespace(db: Database) -> None:
+    db.writer.add_memories("a", [mem("a1", NOW), mem("a2", NOW + DAY)], now=NOW)
+    db.writer.add_memories("b", [mem("b1", NOW + DAY / 2)], now=NOW)
+    assert len(timeline(db, "a")) == 2
+    assert len(timeline(db, "b")) == 1
 
 
 def test_add_memories_failure_mid_batch_writes_nothing(
-    repo: Repository, monkeypatch: pytest.MonkeyPatch
+    db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    repo.add_memories("ns", [mem("before", NOW)], now=NOW)
-    before = list(repo.export("ns"))
-    link = Repository.link_into_timeline
+    db.writer.add_memories("ns", [mem("before", NOW)], now=NOW)
+    before = list(db.memories.export("ns"))
+    link = UnitOfWork.link_into_timeline
     calls = []
 
-    def link_then_fail(*args: object) -> None:
+    def link_then_fail(unit: UnitOfWork, *args: Any, **kwargs: Any) -> None:
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("crash after the first item of the batch was written")
-        link(*args)  # type: ignore[arg-type]
+        link(unit, *args, **kwargs)
 
-    monkeypatch.setattr(Repository, "link_into_timeline", staticmethod(link_then_fail))
+    monkeypatch.setattr(UnitOfWork, "link_into_timeline", link_then_fail)
     with pytest.raises(RuntimeError, match="crash"):
-        repo.add_memories("ns", [mem("fine", NOW + DAY), mem("also", NOW + 2 * DAY)], now=NOW)
-    assert list(repo.export("ns")) == before
-    assert repo.outbox_size() == 1
-    assert len(repo.records("ns")) == 1
+        db.writer.add_memories("ns", [mem("fine", NOW + DAY), mem("also", NOW + 2 * DAY)], now=NOW)
+    assert list(db.memories.export("ns")) == before
+    assert db.work.outbox_size() == 1
+    assert len(records(db, "ns")) == 1
 
 
 def test_parse_items_bad_lines_reported_with_labels() -> None:
@@ -120,10 +146,10 @@ def test_parse_items_bad_lines_reported_with_labels() -> None:
     assert "max_content_chars" in problems[4][1]
 
 
-def test_add_memories_writes_record_with_images_and_outbox(repo: Repository) -> None:
-    first = repo.add_memories("ns", [mem("one", NOW)], now=NOW)
-    second = repo.add_memories("ns", [mem("zero", NOW - DAY)], now=NOW)
-    record, operations = repo.record(second.record_id)  # type: ignore[arg-type]
+def test_add_memories_writes_record_with_images_and_outbox(db: Database) -> None:
+    first = db.writer.add_memories("ns", [mem("one", NOW)], now=NOW)
+    second = db.writer.add_memories("ns", [mem("zero", NOW - DAY)], now=NOW)
+    record, operations = db.records.get(second.record_id)  # type: ignore[arg-type]
     assert record.job == "ingest"
     assert record.status == "applied"
     kinds = [(op.op, op.target_id) for op in operations]
@@ -133,32 +159,36 @@ def test_add_memories_writes_record_with_images_and_outbox(repo: Repository) -> 
     assert update.after is not None
     assert update.before["prev_id"] is None
     assert update.after["prev_id"] == second.ids[0]
-    with repo.reading() as session:
+    with session_factory(db.engine)() as session:
         outbox = session.scalars(select(IndexOutbox.memory_id).order_by(IndexOutbox.id)).all()
     # A link change is not content: only the new memory goes to the vector index.
     assert outbox == [first.ids[0], second.ids[0]]
 
 
-def test_set_status_bumps_version_and_queues_delete(repo: Repository) -> None:
-    result = repo.add_memories("ns", [mem("stale fact", NOW)], now=NOW)
-    revision = repo.revision("ns")
-    repo.set_status("ns", list(result.ids), MemoryStatus.ARCHIVED, now=NOW, job="test")
-    memory = repo.get_memory("ns", result.ids[0])
+def test_set_status_bumps_version_and_queues_delete(db: Database) -> None:
+    result = db.writer.add_memories("ns", [mem("stale fact", NOW)], now=NOW)
+    revision = db.search.revision("ns")
+    set_status(db, "ns", list(result.ids), MemoryStatus.ARCHIVED, now=NOW)
+    memory = db.memories.get("ns", result.ids[0])
     assert memory is not None
     assert memory.status == "archived"
     assert memory.version == 2
-    assert repo.revision("ns") == revision + 1
-    assert repo.active_memories("ns", result.ids) == {}
-    actions = [entry.action for entry in repo.outbox(limit=10)]
+    assert db.search.revision("ns") == revision + 1
+    assert db.memories.active("ns", result.ids) == {}
+    entries = db.work.outbox(limit=10)
+    assert [entry.memory_id for entry in entries] == [result.ids[0]] * 2
+    # OutboxEntry carries no action: read the entries' actions from their rows.
+    with session_factory(db.engine)() as session:
+        actions = session.scalars(select(IndexOutbox.action).order_by(IndexOutbox.id)).all()
     assert actions == ["upsert", "delete"]
 
 
-def test_reinforce_counts_and_bounds_base_importance(repo: Repository) -> None:
-    result = repo.add_memories("ns", [mem("a", NOW, importance=9), mem("b", NOW)], now=NOW)
+def test_reinforce_counts_and_bounds_base_importance(db: Database) -> None:
+    result = db.writer.add_memories("ns", [mem("a", NOW, importance=9), mem("b", NOW)], now=NOW)
     a, b = result.ids
     later = NOW + DAY
-    repo.reinforce({a: 30, b: 1}, now=later, step=0.1, max_boost=2.0)
-    memory_a, memory_b = repo.get_memory("ns", a), repo.get_memory("ns", b)
+    db.writer.reinforce({a: 30, b: 1}, now=later, step=0.1, max_boost=2.0)
+    memory_a, memory_b = db.memories.get("ns", a), db.memories.get("ns", b)
     assert memory_a is not None
     assert memory_b is not None
     assert memory_a.access_count == 30
@@ -169,82 +199,86 @@ def test_reinforce_counts_and_bounds_base_importance(repo: Repository) -> None:
 
 
 def test_export_is_deterministic_and_restores_into_empty_store(
-    repo: Repository, tmp_path: object
+    db: Database, tmp_path: object
 ) -> None:
-    repo.add_memories(
+    db.writer.add_memories(
         "ns",
         [mem("a", NOW, tags=["x"], metadata={"k": "v"}), mem("b", NOW + DAY, session_id="s1")],
         now=NOW,
     )
-    ids = repo.add_memories("ns", [mem("c", NOW - DAY)], now=NOW).ids
-    repo.add_relation("ns", 1, ids[0], "causal", strength=0.7, now=NOW, job="test")
-    repo.set_status("ns", [2], MemoryStatus.SUPERSEDED, now=NOW, job="test")
-    exported = list(repo.export("ns"))
-    assert exported == list(repo.export("ns"))
+    ids = db.writer.add_memories("ns", [mem("c", NOW - DAY)], now=NOW).ids
+    relate(db, 1, ids[0], "causal", strength=0.7)
+    set_status(db, "ns", [2], MemoryStatus.SUPERSEDED, now=NOW)
+    exported = list(db.memories.export("ns"))
+    assert exported == list(db.memories.export("ns"))
     assert {json.loads(line)["kind"] for line in exported} == {"memory", "relation"}
     # Restoring an export over itself is a no-op.
-    repo.restore("ns", [json.loads(line) for line in exported], now=NOW)
-    assert list(repo.export("ns")) == exported
+    db.writer.restore("ns", [json.loads(line) for line in exported], now=NOW)
+    assert list(db.memories.export("ns")) == exported
 
 
-def test_restore_into_fresh_database_reproduces_export(
-    repo: Repository, sqlite_repo: Repository
-) -> None:
-    repo.add_memories("ns", [mem("a", NOW), mem("b", NOW + DAY), mem("c", NOW - DAY)], now=NOW)
-    repo.add_relation("ns", 1, 3, "thematic", strength=0.3, now=NOW, job="test")
-    exported = list(repo.export("ns"))
-    sqlite_repo.restore("ns", [json.loads(line) for line in exported], now=NOW)
-    assert list(sqlite_repo.export("ns")) == exported
+def test_restore_into_fresh_database_reproduces_export(db: Database, sqlite_db: Database) -> None:
+    db.writer.add_memories("ns", [mem("a", NOW), mem("b", NOW + DAY), mem("c", NOW - DAY)], now=NOW)
+    relate(db, 1, 3, "thematic", strength=0.3)
+    exported = list(db.memories.export("ns"))
+    sqlite_db.writer.restore("ns", [json.loads(line) for line in exported], now=NOW)
+    assert list(sqlite_db.memories.export("ns")) == exported
 
 
-def test_restore_other_namespace_rejected(repo: Repository) -> None:
-    repo.add_memories("a", [mem("x", NOW)], now=NOW)
-    lines = [json.loads(line) for line in repo.export("a")]
+def test_restore_other_namespace_rejected(db: Database) -> None:
+    db.writer.add_memories("a", [mem("x", NOW)], now=NOW)
+    lines = [json.loads(line) for line in db.memories.export("a")]
     with pytest.raises(ValidationFailed, match="namespace"):
-        repo.restore("b", lines, now=NOW)
+        db.writer.restore("b", lines, now=NOW)
 
 
-def test_add_logs_idempotent_by_key(repo: Repository) -> None:
+def test_add_logs_idempotent_by_key(db: Database) -> None:
     logs = [
         LogIn(session_id="s", role="user", content="hi", timestamp=NOW),
         LogIn(
             session_id="s", role="assistant", content="hello", timestamp=NOW, idempotency_key="k2"
         ),
     ]
-    first = repo.add_logs("ns", logs, now=NOW)
-    second = repo.add_logs("ns", logs, now=NOW)
+    first = db.writer.add_logs("ns", logs, now=NOW)
+    second = db.writer.add_logs("ns", logs, now=NOW)
     assert len(first.created) == 2
     assert second.created == ()
     assert second.ids == first.ids
 
 
-def test_memory_history_lists_touching_records(repo: Repository) -> None:
-    first = repo.add_memories("ns", [mem("a", NOW)], now=NOW)
-    repo.add_memories("ns", [mem("b", NOW + DAY)], now=NOW)
-    archive = repo.set_status("ns", list(first.ids), MemoryStatus.ARCHIVED, now=NOW, job="test")
-    history = repo.memory_history("ns", first.ids[0])
+def test_memory_history_lists_touching_records(db: Database) -> None:
+    first = db.writer.add_memories("ns", [mem("a", NOW)], now=NOW)
+    db.writer.add_memories("ns", [mem("b", NOW + DAY)], now=NOW)
+    archive = set_status(db, "ns", list(first.ids), MemoryStatus.ARCHIVED, now=NOW)
+    history = db.records.history("ns", first.ids[0])
     assert [r.id for r in history] == [first.record_id, first.record_id + 1, archive]  # type: ignore[operator]
-    assert repo.memory_history("other", first.ids[0]) == []
+    assert db.records.history("other", first.ids[0]) == []
 
 
-def test_changing_without_changes_leaves_no_record(repo: Repository) -> None:
-    with repo.changing("ns", "noop", NOW):
+def test_unit_without_changes_leaves_no_record(db: Database) -> None:
+    with db.writer.unit("ns", "noop", NOW):
         pass
-    with repo.reading() as session:
+    with session_factory(db.engine)() as session:
         assert session.scalar(select(func.count()).select_from(MaintenanceRecord)) == 0
 
 
-def test_llm_tokens_counted_per_day_and_kept_a_week(repo: Repository) -> None:
-    from secretary.budget import Budget, StoreUsageLedger
-    from secretary.errors import BudgetExhausted
+def test_llm_tokens_recorded_per_utc_day_count_across_runs(db: Database) -> None:
+    def spend(when: datetime, tokens_in: int, tokens_out: int, namespace: str = "ns") -> None:
+        info = RecordInfo(outcome=Outcome.NOTHING, tokens_in=tokens_in, tokens_out=tokens_out)
+        db.writer.apply(namespace, "extractor", (), now=when, info=info)
 
-    ledger = StoreUsageLedger(repo, clock=lambda: NOW)
     for offset in range(9):
-        ledger.add("ns", (NOW + offset * DAY).date(), 100 + offset)
-    ledger.add("ns", NOW.date() + 8 * DAY, 1)
-    assert ledger.used_today("ns", (NOW + 8 * DAY).date()) == 109
-    assert ledger.used_today("ns", NOW.date()) == 0  # older than a week: dropped
-    assert ledger.used_today("other", (NOW + 8 * DAY).date()) == 0
+        spend(NOW + offset * DAY, 60 + offset, 40)
+    spend(NOW + 8 * DAY + timedelta(hours=11), 0, 1)  # a later run, 23:00 UTC the same day
+    spend(NOW + 8 * DAY + timedelta(hours=12), 500, 500)  # the next UTC day
+    spend(NOW + 8 * DAY, 700, 0, namespace="other")
+    day = (NOW + 8 * DAY).date()
+    ledger = TokenLedger(db.records.tokens_on)  # a new run's ledger sees earlier runs' records
+    assert ledger.used_today("ns", day) == 109
+    assert ledger.used_today("ns", NOW.date()) == 100  # each day apart
+    assert ledger.used_today("other", day) == 700
+    assert ledger.used_today("nobody", day) == 0
     budget = Budget(namespace="ns", now=NOW + 8 * DAY, max_tokens_per_day=150, ledger=ledger)
+    budget.ensure_affordable(41)
     with pytest.raises(BudgetExhausted):
         budget.ensure_affordable(50)

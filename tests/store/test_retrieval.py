@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from secretary.config import RetrievalSettings
+from store.neighbours import together
 from store.retrieval import (
     Parts,
     Period,
@@ -16,6 +16,7 @@ from store.retrieval import (
     Terms,
     age_days,
     attenuate,
+    capped_activation,
     decay,
     dense_parts,
     final_score,
@@ -30,6 +31,7 @@ from store.retrieval import (
     spread_step,
     top_ids,
 )
+from store.settings import RetrievalSettings
 
 NOW = datetime(2023, 10, 20, 12, 0, tzinfo=UTC)
 SETTINGS = RetrievalSettings(
@@ -152,8 +154,52 @@ def test_top_ids_equal_scores_lower_id_first() -> None:
 
 
 def test_links_of_timeline_first_then_relations_by_strength() -> None:
-    links = links_of(10, 9, 11, [(10, 20, 0.3), (30, 10, 0.8), (10, 9, 0.5)])
+    links = links_of(10, [9, 11], [(10, 20, 0.3), (30, 10, 0.8), (10, 9, 0.5)])
     assert links == [(9, 1.0), (11, 1.0), (30, 0.8), (20, 0.3)]
+
+
+def test_links_of_timeline_neighbour_left_out_still_reached_by_its_relation() -> None:
+    assert links_of(10, [], [(10, 9, 0.5)]) == [(9, 0.5)]
+
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("session", "other_session", "apart", "expected"),
+    [
+        ("s1", "s1", timedelta(days=30), True),  # one session, however long
+        ("s1", "s2", timedelta(minutes=1), False),  # a session boundary stops it
+        (None, None, timedelta(minutes=59), True),  # close in time
+        (None, None, timedelta(minutes=61), False),  # diary entries days apart
+        ("s1", None, timedelta(minutes=5), True),  # one without a session: by time
+        ("s1", None, timedelta(days=2), False),
+    ],
+)
+def test_together_same_session_or_close_in_time(
+    session: str | None, other_session: str | None, apart: timedelta, expected: bool
+) -> None:
+    assert together(session, T0, other_session, T0 + apart, 60.0) is expected
+    assert together(other_session, T0 + apart, session, T0, 60.0) is expected  # symmetric
+
+
+def test_together_zero_window_only_simultaneous_without_sessions() -> None:
+    assert together(None, T0, None, T0, 0.0)
+    assert not together(None, T0, None, T0 + timedelta(seconds=1), 0.0)
+
+
+def test_capped_activation_keeps_score_at_most_the_ceiling() -> None:
+    w_act = 0.5
+    capped = capped_activation(2.0, rest=0.4, ceiling=1.0, w_act=w_act)
+    assert capped == pytest.approx(1.2)
+    assert 0.4 + w_act * capped == pytest.approx(1.0)
+    assert capped_activation(0.5, rest=0.4, ceiling=1.0, w_act=w_act) == 0.5  # under: unchanged
+    assert capped_activation(2.0, rest=1.5, ceiling=1.0, w_act=w_act) == 0.0  # never negative
+    assert capped_activation(2.0, rest=0.4, ceiling=1.0, w_act=0.0) == 2.0
+
+
+def test_top_ids_equal_scores_preferred_first() -> None:
+    assert top_ids({5: 0.5, 3: 0.5, 4: 0.5}, 2, prefer={5}) == [5, 3]
 
 
 def test_spread_step_fanout_bounds_neighbours_per_memory() -> None:

@@ -4,30 +4,32 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from secretary.config import IndexSettings, RetrievalSettings, Settings
+from secretary.config import Settings
+from store import lexical_source
 from store import search as search_module
 from store.embedder import OnnxMiniLMEmbedder
-from store.models import Memory, MemoryStatus
-from store.reads import Edge, LexicalRow, SearchRow
+from store.kinds import MemoryStatus
+from store.operations import SetStatus
+from store.reads.search import SearchRow
+from store.requests import SearchFilters, SearchRequest, metadata_equals
 from store.search import (
     VECTOR_RETRY_SECONDS,
     Evidence,
     Searcher,
-    SearchFilters,
-    SearchRequest,
     SearchResult,
-    lexical_docs,
-    metadata_equals,
     rank,
 )
 from store.service import Store
-from store.vector_index import VectorIndexError
+from store.settings import IndexSettings, RetrievalSettings
+from store.vector_index import VectorIndex, VectorIndexError
+from store.views import Edge
 
 NOW = datetime(2023, 7, 1, 12, 0, tzinfo=UTC)
 MAY = datetime(2023, 5, 7, 13, 56, tzinfo=UTC)
@@ -92,6 +94,12 @@ def _contents(result: SearchResult) -> list[str]:
     return [hit.memory.content for hit in result.hits]
 
 
+def archive(store: Store, memory_id: int) -> None:
+    """Archive one memory in a record of its own, as a maintenance job would."""
+    op = SetStatus(memory_id=memory_id, status=MemoryStatus.ARCHIVED)
+    store.db.writer.apply(NS, "test", [op], now=NOW)
+
+
 def _closed_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -106,8 +114,8 @@ def test_search_memory_archived_before_index_sync_never_returned(fresh: Store) -
     ids = fresh.add_memories(NS, CORPUS[:2], now=NOW).ids
     fresh.indexer.sync()
     assert _contents(_search(fresh, "LGBTQ support group"))[0] == CORPUS[0]["content"]
-    fresh.repository.set_status(NS, [ids[0]], MemoryStatus.ARCHIVED, now=NOW, job="test")
-    assert fresh.repository.outbox_size() == 1  # the index still holds its vectors
+    archive(fresh, ids[0])
+    assert fresh.db.work.outbox_size() == 1  # the index still holds its vectors
     result = _search(fresh, "LGBTQ support group")
     assert ids[0] not in {hit.memory.id for hit in result.hits}
     assert result.hits  # the other memory is still found
@@ -116,7 +124,7 @@ def test_search_memory_archived_before_index_sync_never_returned(fresh: Store) -
 def test_search_memory_archived_before_first_sync_never_returned(fresh: Store) -> None:
     ids = fresh.add_memories(NS, CORPUS[:2], now=NOW).ids
     _search(fresh, "support group")  # the lexical cache now holds both memories
-    fresh.repository.set_status(NS, [ids[0]], MemoryStatus.ARCHIVED, now=NOW, job="test")
+    archive(fresh, ids[0])
     fresh.indexer.sync()
     assert ids[0] not in {hit.memory.id for hit in _search(fresh, "LGBTQ support group").hits}
 
@@ -147,7 +155,8 @@ def test_search_vector_index_failing_skipped_until_retry_time(
         raise VectorIndexError("cannot reach the Chroma server")
 
     searcher = Searcher(
-        repository=fresh.repository,
+        reads=fresh.db.search,
+        memories=fresh.db.memories,
         index=broken_index,
         lexical=fresh.lexical,
         settings=fresh.settings.retrieval,
@@ -181,7 +190,7 @@ def test_search_metadata_filter_exact_value_only(
     store: Store, pair: tuple[str, str], expected_area: str
 ) -> None:
     result = _search(store, "router configuration network", filters=SearchFilters(metadata=(pair,)))
-    assert [hit.memory.metadata_["area"] for hit in result.hits] == [expected_area]
+    assert [hit.memory.metadata["area"] for hit in result.hits] == [expected_area]
 
 
 def test_search_metadata_filter_missing_key_matches_nothing(store: Store) -> None:
@@ -207,9 +216,17 @@ def test_search_time_filter_since_inclusive_until_exclusive(store: Store) -> Non
     assert len(result.hits) == 2
 
 
-@pytest.mark.parametrize("many", [False, True], ids=["selective", "not-selective"])
+@pytest.mark.parametrize(
+    ("many", "old_collection"),
+    [(False, False), (True, False), (True, True)],
+    ids=["selective", "not-selective", "not-selective-old-collection"],
+)
 def test_search_rare_filter_match_found_however_far_down_it_ranks(
-    tmp_path: Path, embedder: OnnxMiniLMEmbedder, many: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    embedder: OnnxMiniLMEmbedder,
+    many: bool,
+    old_collection: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = Settings(
         data_dir=tmp_path, retrieval=RetrievalSettings(dense_candidates=2, lexical_candidates=2)
@@ -227,13 +244,17 @@ def test_search_rare_filter_match_found_however_far_down_it_ranks(
         "metadata": {"area": "PRINT"},
     }
     ids = opened.add_memories(NS, [*routers, printer], now=NOW).ids
+    if old_collection:  # made before vectors carried what filters read: it cannot filter
+        monkeypatch.setattr(VectorIndex, "filterable", lambda self, namespace: False)
     opened.indexer.sync()
-    if many:  # as if far more memories passed: the widened pools (8 each) cannot reach it
+    if many:  # as if far more memories passed: the indexes apply the filter themselves
         monkeypatch.setattr(search_module, "FILTER_CANDIDATES", 0)
     filters = SearchFilters(metadata=(("area", "PRINT"),))
     result = _search(opened, "router configuration network", filters=filters)
     opened.close()
-    assert [hit.memory.id for hit in result.hits] == ([] if many else [ids[-1]])
+    # Both indexes apply the filter, except an old collection: its widened pool (8) cannot
+    # reach the one match, which shares no word with the query either.
+    assert [hit.memory.id for hit in result.hits] == ([] if old_collection else [ids[-1]])
 
 
 # -- ranking -----------------------------------------------------------------------------------
@@ -244,8 +265,8 @@ def test_search_spreading_adds_timeline_neighbour_without_match(store: Store) ->
         update={"dense_candidates": 1, "lexical_candidates": 1, "spread_seeds": 1}
     )
     searcher = Searcher(
-        repository=store.repository, index=lambda: store.index, lexical=store.lexical,
-        settings=narrow,
+        reads=store.db.search, memories=store.db.memories, index=lambda: store.index,
+        lexical=store.lexical, settings=narrow,
     )  # fmt: skip
     request = SearchRequest(namespace=NS, query="adopted puppy")
     hits = searcher.search(request, now=NOW).hits
@@ -302,7 +323,7 @@ def test_search_other_namespace_never_returned(store: Store) -> None:
 def test_search_lexical_index_read_page_by_page_holds_every_memory(
     fresh: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(search_module, "LEXICAL_PAGE", 3)
+    monkeypatch.setattr(lexical_source, "LEXICAL_PAGE", 3)
     fresh.add_memories(NS, CORPUS, now=NOW)  # not indexed: search is lexical only
     assert len(fresh.searcher.lexical_view(NS)) == len(CORPUS)
     assert _contents(_search(fresh, "sailing novel"))[0] == CORPUS[-1]["content"]
@@ -310,12 +331,6 @@ def test_search_lexical_index_read_page_by_page_holds_every_memory(
 
 
 # -- pure helpers ------------------------------------------------------------------------------
-
-
-def test_lexical_docs_date_in_words_before_content() -> None:
-    row = LexicalRow(memory_id=7, content="hello", event_time=MAY, session_id="s1")
-    (doc,) = lexical_docs([row])
-    assert (doc.memory_id, doc.text, doc.session_key) == (7, "7 May 2023 hello", "s1")
 
 
 @pytest.mark.parametrize(
@@ -336,17 +351,20 @@ def test_metadata_equals_whole_value_json_text(stored: object, wanted: str, equa
 
 
 class ChainSource:
-    """Memories 1..n linked only by the timeline, held in memory."""
+    """Memories 1..n linked only by the timeline, held in memory: one session by default, or no
+    sessions with events ``apart`` from each other."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(
+        self, n: int, *, session: str | None = "s", apart: timedelta = timedelta(days=1)
+    ) -> None:
         self.rows = {
             i: SearchRow(
                 id=i,
                 type="event",
                 tags_json="[]",
                 metadata_json="{}",
-                event_time=NOW - timedelta(days=i),
-                session_id=None,
+                event_time=NOW - i * apart,
+                session_id=session,
                 prev_id=i - 1 if i > 1 else None,
                 next_id=i + 1 if i < n else None,
                 base_importance=5.0,
@@ -358,9 +376,6 @@ class ChainSource:
     def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
         return {i: self.rows[i] for i in ids if i in self.rows}
 
-    def active_memories(self, namespace: str, ids: Iterable[int]) -> dict[int, Memory]:
-        return {i: Memory(id=i, namespace=NS, content=f"m{i}") for i in ids if i in self.rows}
-
     def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
         return []
 
@@ -370,6 +385,61 @@ def test_rank_spread_depth_bounds_reach(depth: int, reached: list[int]) -> None:
     settings = RetrievalSettings(spread_depth=depth, spread_fanout=2)
     evidence = Evidence(lexical={1: 1.0}, sessions={}, hits=(), periods=())
     request = SearchRequest(namespace=NS, query="m1")
-    hits = rank(evidence, ChainSource(6), request, settings, now=NOW)
-    assert sorted(hit.memory.id for hit in hits) == reached
-    assert [hit.via for hit in hits if hit.memory.id != 1] == ["spread"] * (len(reached) - 1)
+    ranked = rank(evidence, ChainSource(6), request, settings, now=NOW)
+    assert sorted(item.memory_id for item in ranked) == reached
+    assert [item.via for item in ranked if item.memory_id != 1] == ["spread"] * (len(reached) - 1)
+
+
+@pytest.mark.parametrize(
+    ("apart", "reached"),
+    [(timedelta(minutes=10), [1, 2, 3]), (timedelta(days=40), [1])],
+    ids=["minutes-apart", "months-apart"],
+)
+def test_rank_timeline_without_sessions_spreads_only_close_in_time(
+    apart: timedelta, reached: list[int]
+) -> None:
+    # A diary of unrelated events months apart: a neighbour is not evidence of anything.
+    settings = RetrievalSettings(spread_depth=2, spread_fanout=2, timeline_window_minutes=60)
+    evidence = Evidence(lexical={1: 1.0}, sessions={}, hits=(), periods=())
+    request = SearchRequest(namespace=NS, query="m1")
+    ranked = rank(evidence, ChainSource(6, session=None, apart=apart), request, settings, now=NOW)
+    assert sorted(item.memory_id for item in ranked) == reached
+
+
+def test_rank_spread_memory_never_outranks_a_relevant_anchor() -> None:
+    # Memory 2 has no relevance of its own; the strong anchor 1 passes it a lot of activation,
+    # but it may not rank above the weak anchor 5, which matches the query.
+    settings = RetrievalSettings(spread_depth=1, spread_fanout=2, w_act=5.0)
+    source = ChainSource(6)
+    source.rows[5] = replace(source.rows[5], prev_id=None, next_id=None, session_id="other")
+    source.rows[4] = replace(source.rows[4], next_id=None)
+    evidence = Evidence(lexical={1: 1.0, 5: 0.05}, sessions={}, hits=(), periods=())
+    request = SearchRequest(namespace=NS, query="m1", k=3)
+    ranked = rank(evidence, source, request, settings, now=NOW)
+    order = [item.memory_id for item in ranked]
+    assert order[0] == 1
+    assert set(order) == {1, 2, 5}
+    assert order.index(5) < order.index(2)
+    spread = next(item for item in ranked if item.memory_id == 2)
+    assert spread.via == "spread"
+    assert spread.breakdown.activation > 0
+
+
+CHATTER = [
+    "Ines: the weather was awful all week, rain every single day",
+    "Maya: ugh, same here, I stayed in and watched films all weekend",
+    "Ines: which films? anything good on the streaming services lately",
+    "Maya: a couple of old comedies, nothing special, the weekend was slow",
+]
+
+
+def test_search_chat_excerpt_finds_the_memory_its_last_turn_asks_about(fresh: Store) -> None:
+    # The chat itself was stored turn by turn (as a companion does), beside older memories.
+    chat_memories = [
+        {"content": line, "timestamp": JUNE, "session_id": "today"} for line in CHATTER
+    ]
+    fresh.add_memories(NS, [*CORPUS, *chat_memories], now=NOW)
+    fresh.indexer.sync()
+    query = "\n".join([*CHATTER, "Ines: wait, what did Melanie paint last year?"])
+    result = _search(fresh, query, k=3)
+    assert _contents(result)[0] == "Melanie: I painted a lake sunrise last year."

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
-from secretary.config import ApiKey, ApiSettings, Settings
-from store.api import create_app
+from secretary.config import Settings
+from store.api.app import create_app
 from store.api.records import router
-from store.apply import apply_operations
+from store.database import Database
+from store.db import session_factory
 from store.errors import NotFound
-from store.models import MemoryStatus, RecordStatus
+from store.kinds import MemoryStatus, Outcome, RecordStatus
+from store.models import Memory, MemoryRelation
 from store.operations import (
     CreateMemory,
     CreateRelation,
@@ -24,34 +27,33 @@ from store.operations import (
     SetStatus,
     UpdateMemory,
 )
-from store.repository import Repository
+from store.record_info import RecordInfo
 from store.schemas import MemoryIn
 from store.service import Store
+from store.settings import ApiKey, ApiSettings
 from store.undo import (
     AlreadyUndone,
     NothingToUndo,
     UndoConflict,
-    find_records,
     plan_undo,
     undo,
 )
-from tests.store.test_repository import timeline
 
 NOW = datetime(2026, 2, 1, tzinfo=UTC)
 LATER = NOW + timedelta(days=3)
 HOUR = timedelta(hours=1)
 
 
-def export(repo: Repository, namespace: str = "ns") -> list[str]:
-    return list(repo.export(namespace))
+def export(db: Database, namespace: str = "ns") -> list[str]:
+    return list(db.memories.export(namespace))
 
 
-def seed(repo: Repository, count: int = 5, *, namespace: str = "ns") -> tuple[int, ...]:
+def seed(db: Database, count: int = 5, *, namespace: str = "ns") -> tuple[int, ...]:
     items = [
         MemoryIn(content=f"fragment {i}", timestamp=NOW + i * HOUR, session_id="s")
         for i in range(count)
     ]
-    return repo.add_memories(namespace, items, now=NOW).ids
+    return db.writer.add_memories(namespace, items, now=NOW).ids
 
 
 def consolidation(fragments: tuple[int, ...]) -> list[Operation]:
@@ -76,191 +78,281 @@ def consolidation(fragments: tuple[int, ...]) -> list[Operation]:
     ]
 
 
-def applied(repo: Repository, job: str, ops: list[Operation]) -> int:
-    record_id = apply_operations(repo, "ns", job, ops, now=LATER).record_id
+def applied(db: Database, job: str, ops: list[Operation]) -> int:
+    record_id = db.writer.apply("ns", job, ops, now=LATER).record_id
     assert record_id is not None
     return record_id
+
+
+def set_status(
+    db: Database,
+    ids: Sequence[int],
+    status: MemoryStatus,
+    *,
+    now: datetime,
+    job: str,
+    namespace: str = "ns",
+) -> int | None:
+    """Change the memories' status in one record; return the record id."""
+    ops = [SetStatus(memory_id=i, status=status) for i in ids]
+    return db.writer.apply(namespace, job, ops, now=now).record_id
+
+
+def relate(
+    db: Database, source: int, target: int, type_: str, *, strength: float, now: datetime, job: str
+) -> None:
+    """Relate two memories of namespace "ns" in a record of their own."""
+    op = CreateRelation(source=source, target=target, type=type_, strength=strength)
+    db.writer.apply("ns", job, [op], now=now)
+
+
+def timeline(db: Database, namespace: str) -> list[int]:
+    """Walk the timeline from its head through next_id and check prev_id on the way back.
+
+    Only active memories are on the timeline: a retired one left it.
+    """
+    with session_factory(db.engine)() as session:
+        query = select(Memory).where(Memory.namespace == namespace, Memory.status == "active")
+        rows = {m.id: m for m in session.scalars(query)}
+    heads = [m for m in rows.values() if m.prev_id is None]
+    assert len(heads) <= 1, "a timeline has exactly one head"
+    order: list[int] = []
+    current = heads[0] if heads else None
+    while current is not None:
+        order.append(current.id)
+        nxt = rows.get(current.next_id) if current.next_id is not None else None
+        if nxt is not None:
+            assert nxt.prev_id == current.id
+        current = nxt
+    assert len(order) == len(rows), "every memory is on the timeline"
+    return order
 
 
 # -- round trips -------------------------------------------------------------------------------
 
 
-def test_undo_ingest_into_timeline_restores_export(repo: Repository) -> None:
-    seed(repo, 3)
-    before = export(repo)
+def test_undo_ingest_into_timeline_restores_export(db: Database) -> None:
+    seed(db, 3)
+    before = export(db)
     items = [
         MemoryIn(content="between", timestamp=NOW + HOUR / 2, external_id="e1"),
         MemoryIn(content="last", timestamp=NOW + 9 * HOUR),
     ]
-    added = repo.add_memories("ns", items, now=LATER)
+    added = db.writer.add_memories("ns", items, now=LATER)
     assert added.record_id is not None
-    result = undo(repo, added.record_id, now=LATER)
-    assert export(repo) == before
-    undone, _ = repo.record(added.record_id)
+    result = undo(db.writer, added.record_id, now=LATER)
+    assert export(db) == before
+    undone, _ = db.records.get(added.record_id)
     assert (undone.status, undone.undone_by_id) == (RecordStatus.UNDONE, result.record_id)
-    record, operations = repo.record(result.record_id)
+    record, operations = db.records.get(result.record_id)
     assert (record.job, record.undoes_id, record.stats["skipped"]) == ("undo", added.record_id, [])
     assert {op.op for op in operations} == {"delete_memory", "update_memory"}
 
 
-def test_undo_set_status_restores_export_and_version(repo: Repository) -> None:
-    ids = seed(repo, 3)
-    before = export(repo)
-    record_id = repo.set_status("ns", ids[:2], MemoryStatus.ARCHIVED, now=LATER, job="auditor")
+def test_undo_set_status_restores_export_and_version(db: Database) -> None:
+    ids = seed(db, 3)
+    before = export(db)
+    record_id = set_status(db, ids[:2], MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert record_id is not None
-    assert repo.memories("ns", ids[:1])[0].version == 2
-    undo(repo, record_id, now=LATER + HOUR)
-    assert export(repo) == before
+    assert db.memories.many("ns", ids[:1])[0].version == 2
+    undo(db.writer, record_id, now=LATER + HOUR)
+    assert export(db) == before
 
 
-def test_undo_consolidation_restores_timeline_relations_and_export(repo: Repository) -> None:
-    ids = seed(repo)
-    repo.add_relation("ns", ids[1], ids[4], "causal", strength=0.8, now=NOW, job="linker")
-    before, order = export(repo), timeline(repo, "ns")
-    record_id = applied(repo, "consolidator", consolidation(ids[1:3]))
-    assert timeline(repo, "ns") != order
-    undo(repo, record_id, now=LATER + HOUR)
-    assert export(repo) == before
-    assert timeline(repo, "ns") == order
+def test_undo_consolidation_restores_timeline_relations_and_export(db: Database) -> None:
+    ids = seed(db)
+    relate(db, ids[1], ids[4], "causal", strength=0.8, now=NOW, job="linker")
+    before, order = export(db), timeline(db, "ns")
+    record_id = applied(db, "consolidator", consolidation(ids[1:3]))
+    assert timeline(db, "ns") != order
+    undo(db.writer, record_id, now=LATER + HOUR)
+    assert export(db) == before
+    assert timeline(db, "ns") == order
 
 
-def test_undo_purge_recreates_row_links_and_relations(repo: Repository) -> None:
-    ids = seed(repo, 4)
-    repo.add_relation("ns", ids[1], ids[3], "causal", strength=0.7, now=NOW, job="linker")
-    applied(repo, "auditor", [SetStatus(memory_id=ids[1], status=MemoryStatus.ARCHIVED)])
+def test_undo_purge_is_refused_the_content_is_gone(db: Database) -> None:
+    ids = seed(db, 4)
+    relate(db, ids[1], ids[3], "causal", strength=0.7, now=NOW, job="linker")
+    applied(db, "auditor", [SetStatus(memory_id=ids[1], status=MemoryStatus.ARCHIVED)])
     # Another memory names the tombstone as its replacement: the purge clears that link.
     applied(
-        repo,
+        db,
         "auditor",
         [SetStatus(memory_id=ids[2], status=MemoryStatus.SUPERSEDED, replaced_by=ids[1])],
     )
-    before = export(repo)
-    record_id = applied(repo, "retention", [Purge(memory_id=ids[1])])
-    assert repo.get_memory("ns", ids[1]) is None
-    undo(repo, record_id, now=LATER + HOUR)
-    assert export(repo) == before
+    record_id = applied(db, "retention", [Purge(memory_id=ids[1])])
+    assert db.memories.get("ns", ids[1]) is None
+    after, records = export(db), len(db.records.find())
+    # Retention keeps no image of what it purges, so there is nothing to bring back.
+    with pytest.raises(UndoConflict, match=f"memory {ids[1]}: forgotten since"):
+        undo(db.writer, record_id, now=LATER + HOUR)
+    assert export(db) == after
+    assert len(db.records.find()) == records
 
 
-def test_undo_every_record_in_reverse_restores_empty_export(repo: Repository) -> None:
-    ids = seed(repo)
-    applied(repo, "consolidator", consolidation(ids[:2]))
-    applied(repo, "auditor", [UpdateMemory(memory_id=ids[3], changes={"content": "edited"})])
-    for record in find_records(repo):  # newest first
-        undo(repo, record.id, now=LATER + HOUR)
-    assert export(repo) == []
+def test_ids_are_never_reused_after_undo(db: Database) -> None:
+    ids = seed(db, 2)
+    made = applied(
+        db,
+        "extractor",
+        [
+            CreateMemory(key="m", content="a new fact", type="fact", event_time=NOW),
+            CreateRelation(source="m", target=ids[0], type="causal", strength=0.5),
+        ],
+    )
+    _, operations = db.records.get(made)
+    memory_id = next(op.target_id for op in operations if op.target_kind == "memory")
+    relation_id = next(op.target_id for op in operations if op.target_kind == "relation")
+    undone = undo(db.writer, made, now=LATER + HOUR).record_id
+    assert db.memories.get("ns", memory_id) is None
+
+    # What comes next gets ids of its own (ids are store-wide: another namespace keeps the
+    # timeline here untouched), so a cached id never names other content ...
+    items = [MemoryIn(content=f"something else {i}", timestamp=NOW) for i in range(2)]
+    fresh = db.writer.add_memories("other", items, now=LATER + 2 * HOUR).ids
+    assert min(fresh) > memory_id
+    link = CreateRelation(source=fresh[0], target=fresh[1], type="causal", strength=0.5)
+    db.writer.apply("other", "linker", [link], now=LATER + 2 * HOUR)
+    with session_factory(db.engine)() as session:
+        newest = session.scalar(select(func.max(MemoryRelation.id)))
+    assert newest is not None
+    assert newest > relation_id
+    # ... and undoing the undo brings the first memory back under its own id, no false conflict.
+    undo(db.writer, undone, now=LATER + 3 * HOUR)
+    restored = db.memories.get("ns", memory_id)
+    assert restored is not None
+    assert restored.content == "a new fact"
 
 
-def test_undo_keeps_recall_statistics_and_ignores_them_in_conflicts(repo: Repository) -> None:
-    ids = seed(repo, 2)
-    record_id = repo.set_status("ns", ids[:1], MemoryStatus.ARCHIVED, now=LATER, job="auditor")
+def test_undo_every_record_in_reverse_restores_empty_export(db: Database) -> None:
+    ids = seed(db)
+    applied(db, "consolidator", consolidation(ids[:2]))
+    applied(db, "auditor", [UpdateMemory(memory_id=ids[3], changes={"content": "edited"})])
+    for record in db.records.find():  # newest first
+        undo(db.writer, record.id, now=LATER + HOUR)
+    assert export(db) == []
+
+
+def test_undo_keeps_recall_statistics_and_ignores_them_in_conflicts(db: Database) -> None:
+    ids = seed(db, 2)
+    record_id = set_status(db, ids[:1], MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert record_id is not None
-    repo.reinforce({ids[0]: 3}, now=LATER + HOUR, step=0.1, max_boost=2.0)
-    undo(repo, record_id, now=LATER + 2 * HOUR)
-    memory = repo.memories("ns", ids[:1])[0]
+    db.writer.reinforce({ids[0]: 3}, now=LATER + HOUR, step=0.1, max_boost=2.0)
+    undo(db.writer, record_id, now=LATER + 2 * HOUR)
+    memory = db.memories.many("ns", ids[:1])[0]
     assert (memory.status, memory.access_count, memory.version) == ("active", 3, 1)
 
 
 # -- conflicts ---------------------------------------------------------------------------------
 
 
-def test_undo_memory_changed_after_record_raises_conflict_and_writes_nothing(
-    repo: Repository,
-) -> None:
-    ids = seed(repo, 2)
-    first = repo.set_status("ns", ids, MemoryStatus.ARCHIVED, now=LATER, job="auditor")
+def test_undo_memory_changed_after_record_raises_conflict_and_writes_nothing(db: Database) -> None:
+    ids = seed(db, 2)
+    first = set_status(db, ids, MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert first is not None
-    applied(repo, "auditor", [UpdateMemory(memory_id=ids[0], changes={"content": "edited"})])
-    before, records = export(repo), len(find_records(repo))
+    applied(db, "auditor", [UpdateMemory(memory_id=ids[0], changes={"content": "edited"})])
+    before, records = export(db), len(db.records.find())
     with pytest.raises(UndoConflict) as caught:
-        undo(repo, first, now=LATER + HOUR)
-    conflict = caught.value.conflicts[0]
-    assert (conflict.kind, conflict.target_id) == ("memory", ids[0])
+        undo(db.writer, first, now=LATER + HOUR)
+    # Archiving took both out of the timeline, so the other memory's undo is blocked too.
+    (conflict,) = [c for c in caught.value.conflicts if c.target_id == ids[0]]
+    assert (conflict.kind, conflict.reason) == ("memory", "changed since")
     assert {d.field for d in conflict.fields} >= {"content", "version"}
     assert f"memory {ids[0]}" in str(caught.value)
     assert "'edited'" in str(caught.value)
-    assert export(repo) == before
-    assert len(find_records(repo)) == records
+    assert export(db) == before
+    assert len(db.records.find()) == records
 
 
-def test_undo_force_applies_rest_and_records_skipped(repo: Repository) -> None:
-    ids = seed(repo, 2)
-    first = repo.set_status("ns", ids, MemoryStatus.ARCHIVED, now=LATER, job="auditor")
+def test_undo_force_applies_rest_and_records_skipped(db: Database) -> None:
+    # Archiving the first and the last memory takes each out of the timeline, touching its
+    # one neighbour: the two halves of the record are independent of each other.
+    ids = seed(db, 4)
+    first = set_status(db, [ids[0], ids[3]], MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert first is not None
-    applied(repo, "auditor", [UpdateMemory(memory_id=ids[0], changes={"content": "edited"})])
-    result = undo(repo, first, now=LATER + HOUR, force=True)
-    assert [c.target_id for c in result.skipped] == [ids[0]]
-    statuses = {m.id: m.status for m in repo.memories("ns", ids)}
-    assert statuses == {ids[0]: "archived", ids[1]: "active"}
-    record, _ = repo.record(result.record_id)
-    assert [s["id"] for s in record.stats["skipped"]] == [ids[0]]
-    assert record.stats["skipped"][0]["reason"] == "changed since"
+    applied(db, "auditor", [UpdateMemory(memory_id=ids[0], changes={"content": "edited"})])
+    result = undo(db.writer, first, now=LATER + HOUR, force=True)
+    # Memory 0 changed since; its neighbour's links would point at it, so they stay too.
+    assert sorted(c.target_id for c in result.skipped) == [ids[0], ids[1]]
+    statuses = {m.id: m.status for m in db.memories.many("ns", ids)}
+    assert statuses == {ids[0]: "archived", ids[1]: "active", ids[2]: "active", ids[3]: "active"}
+    assert timeline(db, "ns") == [ids[1], ids[2], ids[3]]
+    record, _ = db.records.get(result.record_id)
+    skipped = {s["id"]: s["reason"] for s in record.stats["skipped"]}
+    assert skipped[ids[0]] == "changed since"
+    assert "whose undo is skipped" in skipped[ids[1]]
 
 
-def test_undo_created_memory_with_later_relation_conflicts(repo: Repository) -> None:
-    ids = seed(repo, 2)
-    added = repo.add_memories("ns", [MemoryIn(content="new", timestamp=NOW + 5 * HOUR)], now=NOW)
+def test_undo_created_memory_with_later_relation_conflicts(db: Database) -> None:
+    ids = seed(db, 2)
+    added = db.writer.add_memories(
+        "ns", [MemoryIn(content="new", timestamp=NOW + 5 * HOUR)], now=NOW
+    )
     assert added.record_id is not None
     new = added.created[0]
-    repo.add_relation("ns", new, ids[0], "causal", strength=0.5, now=LATER, job="linker")
-    plan = plan_undo(repo, added.record_id)
+    relate(db, new, ids[0], "causal", strength=0.5, now=LATER, job="linker")
+    plan = plan_undo(db.writer, added.record_id)
     blocked = {c.target_id: c.reason for c in plan.conflicts}
     assert "still refers to it" in blocked[new]
     # Its timeline neighbour stays linked to it, so the timeline stays a chain.
     assert ids[1] in blocked
     with pytest.raises(UndoConflict, match="even forcing"):
-        undo(repo, added.record_id, now=LATER, force=True)
+        undo(db.writer, added.record_id, now=LATER, force=True)
 
 
-def test_plan_undo_lists_steps_in_reverse_and_writes_nothing(repo: Repository) -> None:
-    ids = seed(repo, 3)
-    record_id = applied(repo, "consolidator", consolidation(ids[:2]))
-    before = export(repo)
-    plan = plan_undo(repo, record_id)
+def test_plan_undo_lists_steps_in_reverse_and_writes_nothing(db: Database) -> None:
+    ids = seed(db, 3)
+    record_id = applied(db, "consolidator", consolidation(ids[:2]))
+    before = export(db)
+    plan = plan_undo(db.writer, record_id)
     assert [s.seq for s in plan.steps] == sorted((s.seq for s in plan.steps), reverse=True)
     assert not plan.conflicts
     assert {s.action for s in plan.steps} == {"delete", "restore"}
-    assert export(repo) == before
+    assert export(db) == before
 
 
 # -- undo of undo, and refusals ------------------------------------------------------------------
 
 
-def test_undo_of_undo_restores_state_after_original(repo: Repository) -> None:
-    ids = seed(repo)
-    record_id = applied(repo, "consolidator", consolidation(ids[1:3]))
-    after_original = export(repo)
-    first = undo(repo, record_id, now=LATER + HOUR)
-    second = undo(repo, first.record_id, now=LATER + 2 * HOUR)
-    assert export(repo) == after_original
-    original, _ = repo.record(record_id)
-    undo_record, _ = repo.record(first.record_id)
+def test_undo_of_undo_restores_state_after_original(db: Database) -> None:
+    ids = seed(db)
+    record_id = applied(db, "consolidator", consolidation(ids[1:3]))
+    after_original = export(db)
+    first = undo(db.writer, record_id, now=LATER + HOUR)
+    second = undo(db.writer, first.record_id, now=LATER + 2 * HOUR)
+    assert export(db) == after_original
+    original, _ = db.records.get(record_id)
+    undo_record, _ = db.records.get(first.record_id)
     assert (original.status, original.undone_by_id) == ("applied", None)
     assert (undo_record.status, undo_record.undone_by_id) == ("undone", second.record_id)
     # The original is in force again, so it can be undone again.
-    undo(repo, record_id, now=LATER + 3 * HOUR)
-    assert timeline(repo, "ns") == list(ids)
+    undo(db.writer, record_id, now=LATER + 3 * HOUR)
+    assert timeline(db, "ns") == list(ids)
 
 
-def test_undo_same_record_twice_raises_already_undone(repo: Repository) -> None:
-    ids = seed(repo, 2)
-    record_id = repo.set_status("ns", ids, MemoryStatus.ARCHIVED, now=LATER, job="auditor")
+def test_undo_same_record_twice_raises_already_undone(db: Database) -> None:
+    ids = seed(db, 2)
+    record_id = set_status(db, ids, MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert record_id is not None
-    result = undo(repo, record_id, now=LATER)
+    result = undo(db.writer, record_id, now=LATER)
     with pytest.raises(AlreadyUndone, match=f"already undone by record {result.record_id}"):
-        undo(repo, record_id, now=LATER)
+        undo(db.writer, record_id, now=LATER)
     with pytest.raises(AlreadyUndone):
-        plan_undo(repo, record_id)
+        plan_undo(db.writer, record_id)
 
 
-def test_undo_unknown_record_raises_not_found(repo: Repository) -> None:
+def test_undo_unknown_record_raises_not_found(db: Database) -> None:
     with pytest.raises(NotFound, match="record 999 does not exist"):
-        undo(repo, 999, now=NOW)
+        undo(db.writer, 999, now=NOW)
 
 
-def test_undo_record_without_operations_raises_nothing_to_undo(repo: Repository) -> None:
-    record_id = repo.write_bare_record("ns", "consolidator", now=NOW, status="refused")
+def test_undo_record_without_operations_raises_nothing_to_undo(db: Database) -> None:
+    record_id = db.writer.apply(
+        "ns", "consolidator", (), now=NOW, info=RecordInfo(outcome=Outcome.REFUSED)
+    ).record_id
+    assert record_id is not None
     with pytest.raises(NothingToUndo, match="refused"):
-        undo(repo, record_id, now=NOW)
+        undo(db.writer, record_id, now=NOW)
 
 
 # -- the vector index --------------------------------------------------------------------------
@@ -276,24 +368,24 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def assert_index_matches(store: Store) -> None:
     store.indexer.sync()
     assert store.indexer.verify("ns").clean
-    assert store.index.versions("ns") == store.repository.index_state("ns")
+    assert store.index.versions("ns") == store.db.memories.index_state("ns")
 
 
 def test_undo_consolidation_and_ingest_vector_index_follows(store: Store) -> None:
-    repo = store.repository
-    ids = seed(repo)
+    db = store.db
+    ids = seed(db)
     assert_index_matches(store)
-    consolidated = applied(repo, "consolidator", consolidation(ids[1:3]))
-    edited = applied(repo, "auditor", [UpdateMemory(memory_id=ids[4], changes={"content": "x"})])
+    consolidated = applied(db, "consolidator", consolidation(ids[1:3]))
+    edited = applied(db, "auditor", [UpdateMemory(memory_id=ids[4], changes={"content": "x"})])
     assert_index_matches(store)
-    undo(repo, edited, now=LATER + HOUR)
+    undo(db.writer, edited, now=LATER + HOUR)
     assert_index_matches(store)
     assert store.index.versions("ns")[ids[4]] == 1
-    undo(repo, consolidated, now=LATER + HOUR)
+    undo(db.writer, consolidated, now=LATER + HOUR)
     assert_index_matches(store)
     assert set(store.index.versions("ns")) == set(ids)
-    for record in find_records(repo, job="ingest"):
-        undo(repo, record.id, now=LATER + HOUR)
+    for record in db.records.find(job="ingest"):
+        undo(db.writer, record.id, now=LATER + HOUR)
     assert_index_matches(store)
     assert store.index.versions("ns") == {}
 
@@ -318,8 +410,8 @@ def test_records_api_lists_and_shows_own_namespace_only(
     client: tuple[TestClient, Store],
 ) -> None:
     http, opened = client
-    seed(opened.repository, 2, namespace="a")
-    seed(opened.repository, 2, namespace="b")
+    seed(opened.db, 2, namespace="a")
+    seed(opened.db, 2, namespace="b")
     headers = {"Authorization": f"Bearer {KEY_A}"}
     listed = http.get("/v1/records", headers=headers).json()["records"]
     assert [r["namespace"] for r in listed] == ["a"]
@@ -328,7 +420,7 @@ def test_records_api_lists_and_shows_own_namespace_only(
     shown = http.get(f"/v1/records/{listed[0]['id']}", headers=headers).json()
     assert [op["seq"] for op in shown["operations"]] == [0, 1]
     assert shown["operations"][0]["after"]["content"] == "fragment 0"
-    other = find_records(opened.repository, namespaces=["b"])[0].id
+    other = opened.db.records.find(namespaces=["b"])[0].id
     missing = http.get(f"/v1/records/{other}", headers=headers)
     assert missing.status_code == 404
     absent = http.get("/v1/records/99999", headers=headers)
@@ -339,10 +431,10 @@ def test_records_api_lists_and_shows_own_namespace_only(
 
 def test_records_api_filters_by_job_and_status(client: tuple[TestClient, Store]) -> None:
     http, opened = client
-    ids = seed(opened.repository, 2, namespace="a")
-    record_id = opened.repository.set_status("a", ids, MemoryStatus.ARCHIVED, now=LATER, job="x")
+    ids = seed(opened.db, 2, namespace="a")
+    record_id = set_status(opened.db, ids, MemoryStatus.ARCHIVED, now=LATER, job="x", namespace="a")
     assert record_id is not None
-    undo(opened.repository, record_id, now=LATER)
+    undo(opened.db.writer, record_id, now=LATER)
     headers = {"Authorization": f"Bearer {KEY_A}"}
     undone = http.get("/v1/records?status=undone", headers=headers).json()["records"]
     assert [r["id"] for r in undone] == [record_id]

@@ -13,6 +13,9 @@ import pytest
 
 from store import vector_index
 from store.vector_index import (
+    LIVE,
+    NEXT,
+    OLD,
     EmbedderMismatchError,
     IndexItem,
     VectorHit,
@@ -376,3 +379,99 @@ def test_query_server_stopped_raises_naming_server(
     with pytest.raises(VectorIndexError, match=url):
         index.upsert(ns, [_item(2, "Bob likes coffee")])
     assert time.monotonic() - started < 5.0
+
+
+@pytest.mark.chroma_server
+def test_ping_stopped_server_raises_naming_server(dedicated_chroma_server: ChromaServer) -> None:
+    url = dedicated_chroma_server.url
+    index = VectorIndex.open(embedder=FakeEmbedder(), url=url, timeout=2.0)
+    index.ping()
+    dedicated_chroma_server.stop()
+    with pytest.raises(VectorIndexError, match=f"cannot reach the Chroma server at {url}"):
+        index.ping()
+
+
+# --- a rebuild's second collection -------------------------------------------------------------
+
+
+def test_promote_puts_the_rebuilt_collection_in_place(open_index: OpenIndex, ns: str) -> None:
+    index, reader = open_index(), open_index()
+    index.upsert(ns, [_item(1, "Alice likes green tea"), _item(2, "Bob likes coffee")])
+    assert _query(reader, ns, "coffee")  # the reader caches the collection in place
+    assert index.prepare_next(ns) is False  # made
+    assert index.prepare_next(ns) is True  # found: a rebuild resumes
+    index.upsert(ns, [_item(1, "Alice likes green tea", version=2)], slots=(NEXT,))
+    assert index.versions(ns) == {1: 1, 2: 1}  # searches keep the old one meanwhile
+
+    index.promote(ns)
+
+    assert index.versions(ns) == {1: 2}
+    assert {hit.memory_id for hit in _query(reader, ns, "coffee")} == {1}  # it follows
+    names = {collection.name for collection in index._client.list_collections()}
+    assert collection_name(ns, NEXT) not in names
+    assert collection_name(ns, OLD) not in names
+    assert index.namespaces().count(ns) == 1
+    index.promote(ns)  # nothing left to do
+    assert index.versions(ns) == {1: 2}
+
+
+def test_promote_cut_short_after_moving_the_old_one_aside_is_finished_by_the_next(
+    open_index: OpenIndex, ns: str
+) -> None:
+    index = open_index()
+    index.upsert(ns, [_item(1, "Alice likes green tea")])
+    index.prepare_next(ns)
+    index.upsert(ns, [_item(2, "Bob likes coffee")], slots=(NEXT,))
+    replaced = index._lookup(collection_name(ns))
+    assert replaced is not None
+    replaced.modify(name=collection_name(ns, OLD))  # promote's first step; then a crash
+
+    open_index().promote(ns)
+
+    assert open_index().versions(ns) == {2: 1}
+    names = {collection.name for collection in index._client.list_collections()}
+    assert collection_name(ns, OLD) not in names
+
+
+def test_prepare_next_filled_by_another_embedder_starts_over(
+    open_index: OpenIndex, ns: str
+) -> None:
+    first = open_index(FakeEmbedder(model_id="fake:a"))
+    first.prepare_next(ns)
+    first.upsert(ns, [_item(1, "Alice likes tea")], slots=(NEXT,))
+    other = open_index(FakeEmbedder(model_id="fake:b"))
+
+    assert other.prepare_next(ns) is False
+
+    other.promote(ns)
+    assert other.versions(ns) == {}
+
+
+def test_writable_only_an_existing_collection_of_this_embedder(
+    open_index: OpenIndex, ns: str
+) -> None:
+    index = open_index(FakeEmbedder(model_id="fake:a"))
+    assert not index.writable(ns, LIVE)
+    index.upsert(ns, [_item(1, "Alice likes tea")])
+    assert index.writable(ns, LIVE)
+    assert not index.writable(ns, NEXT)
+    assert not open_index(FakeEmbedder(model_id="fake:b")).writable(ns, LIVE)
+
+
+def test_upsert_into_a_rebuild_collection_dropped_elsewhere_raises(
+    open_index: OpenIndex, ns: str
+) -> None:
+    index = open_index()
+    index.prepare_next(ns)
+    open_index().drop(ns, NEXT)
+    with pytest.raises(VectorIndexError, match="is gone"):
+        index.upsert(ns, [_item(1, "Alice likes tea")], slots=(NEXT,))
+    index.delete(ns, [1], slots=(NEXT,))  # nothing to delete there: fine
+
+
+def test_count_is_the_live_collection_s_vectors(index: VectorIndex, ns: str) -> None:
+    assert index.count(ns) == 0
+    index.upsert(ns, [_item(1, "Alice likes tea"), _item(2, "Bob likes coffee")])
+    index.prepare_next(ns)
+    index.upsert(ns, [_item(3, "Carol likes cocoa")], slots=(NEXT,))
+    assert index.count(ns) == 2

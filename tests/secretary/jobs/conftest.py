@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -10,15 +11,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine
 
-from secretary.config import GuardrailSettings, JobsSettings, LlmSettings, Settings
-from secretary.jobs.runner import RunOutcome, run_job
-from store.models import MaintenanceRecord, Memory
+from secretary.config import Settings
+from secretary.jobs.settings import GuardrailSettings, JobsSettings
+from secretary.llm.settings import LlmSettings
+from secretary.outcomes import RunOutcome
+from secretary.runner import run_job
+from store.kinds import MemoryStatus
+from store.operations import CreateRelation, SetStatus
 from store.service import Store
+from store.settings import DatabaseSettings
+from store.views import MemoryView, RecordView
+from tests.conftest import truncate
 from tests.helpers.fake_embedder import FakeEmbedder
 from tests.helpers.openai_server import CHAT_COMPLETIONS, ScriptedOpenAIServer, chat_reply
 
 NS = "maya"
+_BLOCK = re.compile(r"<(\w+)>\n(.*?)\n</\1>", re.DOTALL)
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -66,8 +76,26 @@ class World:
             }
         )
 
-    def run(self, job: str, *, now: datetime = NOW, dry_run: bool = False) -> RunOutcome:
-        return run_job(self.store, self.settings, job, NS, now=now, dry_run=dry_run)
+    def run(
+        self,
+        job: str,
+        *,
+        now: datetime = NOW,
+        dry_run: bool = False,
+        retry_quarantined: bool = False,
+    ) -> RunOutcome:
+        return run_job(
+            self.store,
+            self.settings,
+            job,
+            NS,
+            now=now,
+            dry_run=dry_run,
+            retry_quarantined=retry_quarantined,
+        )
+
+    def health(self, job: str) -> dict[str, Any]:
+        return self.store.db.work.job_health(job, NS)
 
     def reply(self, *documents: Mapping[str, Any] | str, prompt_tokens: int = 10) -> None:
         """Queue chat replies: JSON documents (or raw text) in order."""
@@ -78,6 +106,11 @@ class World:
     @property
     def llm_requests(self) -> list[Any]:
         return [request.body for request in self.server.requests_on(CHAT_COMPLETIONS)]
+
+    def sent(self, request: int = -1) -> dict[str, Any]:
+        """The JSON data blocks of a request's user message, by tag (``<memories>`` ...)."""
+        user = self.llm_requests[request]["messages"][-1]["content"]
+        return {tag: json.loads(text) for tag, text in _BLOCK.findall(user)}
 
     def memories(self, **values: Any) -> list[int]:
         """Add one memory per call (a content string or a dict); return the ids."""
@@ -100,22 +133,32 @@ class World:
         ]
         return list(self.store.add_logs(NS, rows, now=NOW).ids)
 
-    def memory(self, memory_id: int) -> Memory:
-        found = self.store.repository.get_memory(NS, memory_id)
+    def memory(self, memory_id: int) -> MemoryView:
+        found = self.store.db.memories.get(NS, memory_id)
         assert found is not None
         return found
 
-    def active(self) -> list[Memory]:
-        rows = self.store.repository.memories(NS, range(1, 10_000))
+    def active(self) -> list[MemoryView]:
+        rows = self.store.db.memories.many(NS, range(1, 10_000))
         return sorted((m for m in rows if m.status == "active"), key=lambda m: m.id)
 
-    def records(self) -> list[MaintenanceRecord]:
-        return sorted(self.store.repository.records(NS), key=lambda r: r.id)
+    def records(self) -> list[RecordView]:
+        return sorted(self.store.db.records.find(namespaces=[NS], limit=100), key=lambda r: r.id)
 
     def edges(self, memory_id: int) -> set[tuple[int, int, str]]:
         return {
-            (e.source_id, e.target_id, e.type) for e in self.store.repository.edges(NS, [memory_id])
+            (e.source_id, e.target_id, e.type) for e in self.store.db.search.edges(NS, [memory_id])
         }
+
+    def relate(self, source: int, target: int, type_: str, strength: float) -> None:
+        """Add a relation through the one writer, as a job's plan would."""
+        op = CreateRelation(source=source, target=target, type=type_, strength=strength)
+        self.store.db.writer.apply(NS, "test", [op], now=NOW)
+
+    def set_status(self, memory_id: int, status: MemoryStatus) -> None:
+        """Change a memory's status through the one writer, as a job's plan would."""
+        op = SetStatus(memory_id=memory_id, status=status)
+        self.store.db.writer.apply(NS, "test", [op], now=NOW)
 
 
 def _iso(value: Any) -> Any:
@@ -128,9 +171,17 @@ def server() -> Iterator[ScriptedOpenAIServer]:
         yield running
 
 
-@pytest.fixture
-def world(tmp_path: Path, server: ScriptedOpenAIServer) -> Iterator[World]:
-    settings = Settings(data_dir=tmp_path, llm=llm_settings(server))
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def world(
+    request: pytest.FixtureRequest, tmp_path: Path, server: ScriptedOpenAIServer
+) -> Iterator[World]:
+    """A store on SQLite in tmp_path, or on the test PostgreSQL database (emptied first)."""
+    database = DatabaseSettings()
+    if request.param == "postgres":
+        engine: Engine = request.getfixturevalue("postgres_engine")
+        truncate(engine)
+        database = DatabaseSettings(url=engine.url.render_as_string(hide_password=False))
+    settings = Settings(data_dir=tmp_path, database=database, llm=llm_settings(server))
     store = Store.open(settings, create=True, embedder=FakeEmbedder())
     try:
         yield World(store=store, settings=settings, server=server)

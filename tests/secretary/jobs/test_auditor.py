@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from tests.secretary.jobs.conftest import DAY, HOUR, NOW, World
+
+MINUTE = timedelta(minutes=1)
 
 
 def verdict(memory_id: int, action: str = "keep", **values: Any) -> dict[str, Any]:
@@ -38,9 +41,7 @@ def test_auditor_exact_duplicates_merge_without_llm_call(world: World) -> None:
     (twin,) = world.memories(
         content="The user is allergic to peanuts.", type="fact", session_id="b"
     )
-    world.store.repository.add_relation(
-        "maya", twin, other, "causal", strength=0.7, now=NOW, job="t"
-    )
+    world.relate(twin, other, "causal", 0.7)
 
     outcome = world.run("auditor")
 
@@ -64,8 +65,71 @@ def test_auditor_same_event_text_at_another_time_goes_to_the_llm(world: World) -
     assert len(world.active()) == 2
 
 
+def test_auditor_same_event_text_in_one_session_is_a_duplicate_without_llm(world: World) -> None:
+    first, retry = world.add(
+        [
+            {"content": "Maya went running.", "session_id": "s1", "timestamp": NOW - 2 * HOUR},
+            {"content": "Maya went running.", "session_id": "s1", "timestamp": NOW - HOUR},
+        ]
+    )
+
+    outcome = world.run("auditor")
+
+    assert outcome.stats["exact_duplicates"] == 1
+    assert world.llm_requests == []
+    assert (world.memory(retry).status, world.memory(retry).replaced_by_id) == ("merged", first)
+
+
+def test_auditor_same_event_text_without_session_within_the_window_is_a_duplicate(
+    world: World,
+) -> None:
+    first, retry, far = world.add(
+        [
+            {"content": "Maya went running.", "timestamp": NOW - 3 * HOUR},
+            {"content": "Maya went running.", "timestamp": NOW - 3 * HOUR + 20 * MINUTE},
+            {"content": "Maya went running.", "timestamp": NOW - DAY - 6 * HOUR},
+        ]
+    )
+    world.reply({"verdicts": [verdict(first), verdict(far)]})
+
+    outcome = world.run("auditor")
+
+    assert outcome.stats["exact_duplicates"] == 1
+    assert world.memory(retry).status == "merged"
+    assert world.memory(far).status == "active"  # another run, a day apart: for the model
+    assert len(world.llm_requests) == 1
+
+
+def test_auditor_duplicate_window_is_configurable(world: World) -> None:
+    world.configure(llm=False, jobs={"auditor_duplicate_window_minutes": 10})
+    _, retry = world.add(
+        [
+            {"content": "Maya went running.", "timestamp": NOW - 3 * HOUR},
+            {"content": "Maya went running.", "timestamp": NOW - 3 * HOUR + 20 * MINUTE},
+        ]
+    )
+
+    assert world.run("auditor").stats["exact_duplicates"] == 0
+    assert world.memory(retry).status == "active"
+
+
+def test_auditor_same_event_text_in_two_sessions_is_not_an_exact_duplicate(world: World) -> None:
+    world.configure(llm=False)
+    world.add(
+        [
+            {"content": "Maya went running.", "session_id": "s1", "timestamp": NOW - 2 * HOUR},
+            {"content": "Maya went running.", "session_id": "s2", "timestamp": NOW - HOUR},
+        ]
+    )
+
+    assert world.run("auditor").stats["exact_duplicates"] == 0
+    assert len(world.active()) == 2
+
+
 def test_auditor_contradiction_supersedes_older_memory(world: World) -> None:
     old, new = paris_and_lyon(world)
+    (move,) = world.memories(content="Maya helped the user move flats.", type="event")
+    world.relate(old, move, "associative", 0.8)
     world.reply(
         {
             "verdicts": [
@@ -82,6 +146,7 @@ def test_auditor_contradiction_supersedes_older_memory(world: World) -> None:
     superseded = world.memory(old)
     assert (superseded.status, superseded.replaced_by_id) == ("superseded", new)
     assert world.memory(new).status == "active"
+    assert (new, move, "associative") in world.edges(new)  # the old memory's relation passed on
     assert outcome.stats["dropped_ids"] == [999]
     assert outcome.stats["verdicts"][0]["category"] == "contradiction"
 
@@ -178,7 +243,7 @@ def test_auditor_without_model_still_merges_exact_duplicates(world: World) -> No
     assert outcome.status == "applied"
     assert "LLM not configured" in outcome.message
     assert len(world.active()) == 1
-    state = world.store.repository.job_state("auditor", "maya")
+    state = world.store.db.work.job_state("auditor", "maya")
     assert state.get("watermark", 0) == 0  # the judged part catches up once a model is set
 
 
@@ -211,4 +276,35 @@ def test_auditor_id_of_another_namespace_is_dropped(world: World) -> None:
     outcome = world.run("auditor")
 
     assert outcome.stats["dropped_ids"] == [foreign]
-    assert world.store.repository.get_memory("other", foreign).status == "active"  # type: ignore[union-attr]
+    assert world.store.db.memories.get("other", foreign).status == "active"  # type: ignore[union-attr]
+
+
+def test_auditor_prompt_lists_memories_once_oldest_first_and_groups_as_ids(world: World) -> None:
+    old, new = paris_and_lyon(world)
+    world.reply({"verdicts": []})  # nothing to change: every memory left out is kept
+
+    outcome = world.run("auditor")
+
+    sent = world.sent()
+    assert [m["id"] for m in sent["memories"]] == [old, new]  # Paris is nine days older
+    assert sent["memories"][0] == {
+        "id": old,
+        "type": "fact",
+        "time": (NOW - 9 * DAY).strftime("%Y-%m-%d %H:%M"),
+        "content": "The user lives in Paris.",
+    }
+    assert sent["groups"] == [[old, new]]
+    assert outcome.status == "nothing"
+    assert {m.id for m in world.active()} == {old, new}
+    assert world.store.db.work.job_state("auditor", "maya")["watermark"] == new
+
+
+def test_auditor_keep_verdict_still_accepted_and_changes_nothing(world: World) -> None:
+    old, new = paris_and_lyon(world)
+    world.reply({"verdicts": [verdict(old), verdict(new)]})
+
+    outcome = world.run("auditor")
+
+    assert outcome.stats["judged"] == 0
+    assert not [r for r in world.records() if r.stats.get("rejected")]
+    assert {m.id for m in world.active()} == {old, new}

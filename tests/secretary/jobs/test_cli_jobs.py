@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -12,10 +19,14 @@ from click.testing import CliRunner, Result
 from secretary.cli_common import Context, _Group
 from secretary.cli_jobs import dream, plans
 from secretary.config import load_settings
+from store.dream_requests import DreamRequestView
+from store.dream_worker import run_pending
+from store.leases import Lease
 from store.service import Store
 from tests.secretary.jobs.conftest import NOW
 
 Run = Callable[..., Result]
+WAIT = 10.0
 
 
 @click.group(cls=_Group)
@@ -121,27 +132,174 @@ def test_job_commands_have_help(command: click.Command) -> None:
     assert command.help
 
 
-def test_dream_while_daemon_holds_lease_refused(tmp_path: Path) -> None:
-    from datetime import timedelta
+# -- with a daemon running: a request it runs --------------------------------------------------
 
-    from click.testing import CliRunner
 
-    from secretary.cli import cli
-    from secretary.config import load_settings
-    from secretary.lease import Lease
-    from store.service import Store
+DAEMON = "host:1:the-daemon"
 
-    runner = CliRunner()
-    args = ["--data-dir", str(tmp_path / "data")]
-    assert runner.invoke(cli, [*args, "init"]).exit_code == 0
-    store = Store.open(load_settings(None, {}, data_dir=tmp_path / "data"))
+
+@pytest.fixture
+def daemon_lease(data_dir: Path) -> Iterator[Store]:
+    """A store whose daemon lease is held (by the test, standing in for a daemon), with a
+    memory in namespace maya (a dream on a namespace that holds nothing is refused)."""
+    store = Store.open(load_settings(None, {}, data_dir=data_dir), create=True)
+    store.add_memories("maya", [{"content": "Maya runs."}], now=NOW)
+    lease = Lease(store.engine, holder=DAEMON, ttl=timedelta(minutes=5))
+    lease.acquire()
+    yield store
+    lease.release()
+    store.close()
+
+
+def act_as_daemon(
+    store: Store, run: Callable[[DreamRequestView], list[dict[str, Any]]]
+) -> threading.Thread:
+    """Claim the first request queued and run it with ``run``, as the daemon would."""
+
+    def serve() -> None:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            if run_pending(store.db.dream_requests, picker=DAEMON, run=run):
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_dream_with_daemon_running_waits_for_its_outcomes(daemon_lease: Store, run: Run) -> None:
+    seen: list[DreamRequestView] = []
+
+    def daemon_run(request: DreamRequestView) -> list[dict[str, Any]]:
+        seen.append(request)
+        return [
+            {
+                "job": "auditor",
+                "namespace": "maya",
+                "status": "applied",
+                "record_id": 7,
+                "message": "1 change(s) applied",
+            },
+        ]
+
+    daemon = act_as_daemon(daemon_lease, daemon_run)
+    result = run("dream", "--namespace", "maya", "--job", "auditor", "--retry-quarantined")
+    daemon.join(WAIT)
+
+    assert result.stdout.strip() == "maya auditor: applied (record #7): 1 change(s) applied"
+    assert f"the daemon ({DAEMON}) runs it; waiting" in result.stderr
+    (request,) = seen
+    assert (request.namespace, request.jobs, request.retry_quarantined) == (
+        "maya",
+        ("auditor",),
+        True,
+    )
+    assert request.requested_by.startswith("cli:")
+
+
+def test_dream_with_daemon_a_failed_outcome_exits_1(daemon_lease: Store, run: Run) -> None:
+    def daemon_run(_: DreamRequestView) -> list[dict[str, Any]]:
+        return [
+            {
+                "job": "linker",
+                "namespace": "maya",
+                "status": "failed",
+                "record_id": 3,
+                "message": "LlmError: boom",
+            }
+        ]
+
+    daemon = act_as_daemon(daemon_lease, daemon_run)
+    result = run("dream", code=1)
+    daemon.join(WAIT)
+    assert "maya linker: failed (record #3): LlmError: boom" in result.stdout
+
+
+def test_dream_with_daemon_a_failed_request_says_why(daemon_lease: Store, run: Run) -> None:
+    def daemon_run(_: DreamRequestView) -> list[dict[str, Any]]:
+        raise RuntimeError("the database is gone")
+
+    daemon = act_as_daemon(daemon_lease, daemon_run)
+    result = run("dream", code=1)
+    daemon.join(WAIT)
+    assert "dream request #1 failed: RuntimeError: the database is gone" in result.stderr
+
+
+def test_dream_no_wait_prints_the_request_id_and_queues_it(daemon_lease: Store, run: Run) -> None:
+    result = run("dream", "--no-wait", "--job", "linker", "--job", "auditor")
+
+    assert result.stdout.strip() == "1"
+    assert f"queued for the daemon ({DAEMON})" in result.stderr
+    request = daemon_lease.db.dream_requests.get(1)
+    assert request is not None
+    assert (request.status, request.namespace, request.jobs) == (
+        "pending",
+        None,
+        ("linker", "auditor"),
+    )
+
+
+def test_dream_daemon_gone_while_waiting_exits_75(
+    daemon_lease: Store, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("secretary.cli_jobs.WAIT_POLL_SECONDS", 0.01)
+    stopped = threading.Event()
+
+    def stop_the_daemon() -> None:
+        while daemon_lease.db.dream_requests.get(1) is None:
+            time.sleep(0.01)
+        Lease(daemon_lease.engine, holder=DAEMON, ttl=timedelta(minutes=5)).release()
+        stopped.set()
+
+    threading.Thread(target=stop_the_daemon, daemon=True).start()
+    result = run("dream", code=75)
+    assert stopped.is_set()
+    assert "the daemon stopped before dream request #1 was done" in result.stderr
+    request = daemon_lease.db.dream_requests.get(1)
+    assert request is not None
+    assert request.status == "pending"  # the next daemon runs it
+
+
+def test_dream_dry_run_with_daemon_runs_here(data_dir: Path, run: Run) -> None:
+    seed_duplicates(data_dir)
+    store = Store.open(load_settings(None, {}, data_dir=data_dir))
     try:
-        with Lease(store.engine, holder="host:1:abc", ttl=timedelta(minutes=5)):
-            result = runner.invoke(cli, [*args, "dream"])
-            assert result.exit_code == 75
-            assert "daemon (host:1:abc) runs on this store" in result.stderr
-            dry = runner.invoke(cli, [*args, "dream", "--dry-run"])
-            assert dry.exit_code == 0, dry.output
-        assert runner.invoke(cli, [*args, "dream"]).exit_code == 0
+        with Lease(store.engine, holder=DAEMON, ttl=timedelta(minutes=5)):
+            out = run("dream", "--job", "auditor", "--dry-run").output
+        assert "maya auditor: planned: dry run" in out
+        assert store.db.dream_requests.recent() == []
     finally:
         store.close()
+
+
+def test_dream_without_daemon_runs_here_even_with_no_wait(data_dir: Path, run: Run) -> None:
+    seed_duplicates(data_dir)
+    out = run("dream", "--namespace", "maya", "--job", "auditor", "--no-wait").output
+    assert "maya auditor: applied" in out
+
+
+def test_dream_daemon_killed_on_this_host_runs_here(data_dir: Path, run: Run) -> None:
+    seed_duplicates(data_dir)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    store = Store.open(load_settings(None, {}, data_dir=data_dir))
+    try:
+        holder = f"{socket.gethostname()}:{gone.pid}:killed"
+        with Lease(store.engine, holder=holder, ttl=timedelta(minutes=5)):
+            out = run("dream", "--namespace", "maya", "--job", "auditor").output
+        assert "maya auditor: applied" in out
+        assert store.db.dream_requests.recent() == []
+    finally:
+        store.close()
+
+
+def test_dream_outside_the_main_thread_runs_without_a_signal_handler(
+    data_dir: Path, run: Run
+) -> None:
+    seed_duplicates(data_dir)
+    results: list[Result] = []
+    worker = threading.Thread(target=lambda: results.append(run("dream", "--job", "auditor")))
+    worker.start()
+    worker.join(WAIT * 3)
+    assert "maya auditor: applied" in results[0].output

@@ -5,13 +5,39 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from store.search import SearchRequest
+from sqlalchemy import select
+
+from store.database import Database
+from store.db import session_factory
+from store.models import Memory
+from store.requests import SearchRequest
 from tests.secretary.jobs.conftest import DAY, NOW, World
-from tests.store.test_repository import timeline
 
 T = NOW - 2 * DAY
 MINUTE = timedelta(minutes=1)
 LATER = T + DAY  # the 3-hour window has long passed
+
+
+def timeline(db: Database, namespace: str) -> list[int]:
+    """Walk the timeline from its head through next_id and check prev_id on the way back.
+
+    Only active memories are on the timeline: a retired one left it.
+    """
+    with session_factory(db.engine)() as session:
+        query = select(Memory).where(Memory.namespace == namespace, Memory.status == "active")
+        rows = {m.id: (m.prev_id, m.next_id) for m in session.scalars(query)}
+    heads = [i for i, (prev_id, _) in rows.items() if prev_id is None]
+    assert len(heads) <= 1, "a timeline has exactly one head"
+    order: list[int] = []
+    current = heads[0] if heads else None
+    while current is not None:
+        order.append(current)
+        nxt = rows[current][1]
+        if nxt is not None and nxt in rows:
+            assert rows[nxt][0] == current
+        current = nxt if nxt in rows else None
+    assert len(order) == len(rows), "every memory is on the timeline"
+    return order
 
 
 def episode(world: World) -> dict[str, int]:
@@ -42,9 +68,7 @@ def summary(source_ids: list[int]) -> dict[str, Any]:
 def test_consolidator_cluster_becomes_summary_spanning_its_fragments(world: World) -> None:
     m = episode(world)
     fragments = [m["up"], m["top"], m["down"]]
-    world.store.repository.add_relation(
-        "maya", m["up"], m["breakfast"], "thematic", strength=0.4, now=NOW, job="t"
-    )
+    world.relate(m["up"], m["breakfast"], "thematic", 0.4)
     world.reply(summary([*fragments, 999]))
 
     outcome = world.run("consolidator", now=LATER)
@@ -53,12 +77,12 @@ def test_consolidator_cluster_becomes_summary_spanning_its_fragments(world: Worl
     assert outcome.stats["dropped_ids"] == [999]
     (made,) = [x for x in world.active() if x.type == "interaction_summary"]
     assert made.event_time == T  # the earliest fragment's time, not "now"
-    assert made.metadata_["span_start"] == T.isoformat()
-    assert made.metadata_["span_end"] == (T + 40 * MINUTE).isoformat()
+    assert made.metadata["span_start"] == T.isoformat()
+    assert made.metadata["span_end"] == (T + 40 * MINUTE).isoformat()
     for fragment in fragments:
         row = world.memory(fragment)
         assert (row.status, row.replaced_by_id) == ("merged", made.id)
-    assert timeline(world.store.repository, "maya") == [m["breakfast"], made.id, m["bill"]]
+    assert timeline(world.store.db, "maya") == [m["breakfast"], made.id, m["bill"]]
     edges = world.edges(made.id)
     assert {(made.id, f, "derived_from") for f in fragments} <= edges
     assert (made.id, m["breakfast"], "thematic") in edges  # inherited from a fragment
@@ -118,7 +142,7 @@ def test_consolidator_without_model_leaves_cluster_alone(world: World) -> None:
     assert (outcome.status, outcome.message) == ("skipped", "LLM not configured")
     assert outcome.stats["clusters"] == 1
     assert len(world.active()) == 5
-    assert world.store.repository.job_state("consolidator", "maya") == {}
+    assert world.store.db.work.job_state("consolidator", "maya") == {}
 
 
 def test_consolidator_reply_covering_one_fragment_changes_nothing(world: World) -> None:
@@ -130,3 +154,21 @@ def test_consolidator_reply_covering_one_fragment_changes_nothing(world: World) 
     assert outcome.status == "nothing"
     assert outcome.stats["clusters_too_small"] == 1
     assert len(world.active()) == 5
+
+
+def test_consolidator_prompt_lists_fragments_oldest_first_without_their_type(
+    world: World,
+) -> None:
+    m = episode(world)
+    world.reply(summary([m["up"], m["top"], m["down"]]))
+
+    world.run("consolidator", now=LATER)
+
+    fragments = world.sent()["fragments"]
+    assert [f["id"] for f in fragments] == [m["up"], m["top"], m["down"]]
+    assert fragments[0] == {
+        "id": m["up"],
+        "time": T.strftime("%Y-%m-%d %H:%M"),
+        "content": "Maya went hiking in the Alps with Tom.",
+    }
+    assert all(set(f) == {"id", "time", "content"} for f in fragments)  # 20 minutes apart

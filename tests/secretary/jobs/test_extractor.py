@@ -44,13 +44,13 @@ def test_extractor_new_logs_create_memories_with_log_time_and_session(world: Wor
     cat, french = world.active()
     assert cat.event_time == T0  # the earliest cited line's time, not "now"
     assert cat.session_id == "s1"
-    assert cat.metadata_["source_log_ids"] == log_ids[:2]
-    assert cat.tags == ["cat", "pets", "miso"]
+    assert cat.metadata["source_log_ids"] == log_ids[:2]
+    assert cat.tags == ("cat", "pets", "miso")
     assert (cat.type, cat.importance, french.type) == ("event", 7, "preference")
     assert french.event_time == T0 + HOUR
     assert (cat.next_id, french.prev_id) == (french.id, cat.id)  # linked into the timeline
-    assert world.store.repository.job_state("extractor", "maya") == {"watermark": log_ids[-1]}
-    record, operations = world.store.repository.record(outcome.record_id or 0)
+    assert world.store.db.work.job_state("extractor", "maya") == {"watermark": log_ids[-1]}
+    record, operations = world.store.db.records.get(outcome.record_id or 0)
     assert record.model == "openai/test-model"
     assert [p["id"] for p in record.prompts] == ["extractor"]
     assert record.prompts[0]["version"] >= 1
@@ -88,7 +88,7 @@ def test_extractor_only_new_lines_are_sent_on_the_next_cycle(world: World) -> No
     assert "adopted" not in sent
     (made,) = world.active()
     assert made.session_id == "s2"
-    assert world.store.repository.job_state("extractor", "maya")["watermark"] == later[0]
+    assert world.store.db.work.job_state("extractor", "maya")["watermark"] == later[0]
     assert first[-1] < later[0]
 
 
@@ -106,7 +106,7 @@ def test_extractor_ids_outside_the_batch_are_dropped_and_counted(world: World) -
     outcome = world.run("extractor")
 
     (made,) = world.active()
-    assert made.metadata_["source_log_ids"] == [log_ids[0]]
+    assert made.metadata["source_log_ids"] == [log_ids[0]]
     assert outcome.stats["dropped_ids"] == [999, 4242]
     assert outcome.stats["uncited_memories"] == 1
 
@@ -121,7 +121,7 @@ def test_extractor_memory_already_present_is_not_created_twice(world: World) -> 
     assert outcome.status == "nothing"
     assert outcome.stats["already_present"] == 1
     assert len(world.active()) == 1
-    assert world.store.repository.job_state("extractor", "maya") == {"watermark": 3}
+    assert world.store.db.work.job_state("extractor", "maya") == {"watermark": 3}
 
 
 def test_extractor_without_model_is_skipped_as_not_configured(world: World) -> None:
@@ -132,4 +132,36 @@ def test_extractor_without_model_is_skipped_as_not_configured(world: World) -> N
 
     assert (outcome.status, outcome.message) == ("skipped", "LLM not configured")
     assert world.llm_requests == []
-    assert world.store.repository.job_state("extractor", "maya") == {}
+    assert world.store.db.work.job_state("extractor", "maya") == {}
+
+
+def test_extractor_prompt_lines_with_minute_times_and_no_repeated_time(world: World) -> None:
+    log_ids = world.logs([*lines(), ("assistant", "D'accord, Maya.", T0 + HOUR)])
+    world.reply({"memories": []})
+
+    world.run("extractor")
+
+    sent = world.sent()["log"]
+    assert sent[0] == {
+        "id": log_ids[0],
+        "time": T0.strftime("%Y-%m-%d %H:%M"),
+        "role": "user",
+        "text": "I finally adopted a cat yesterday, her name is Miso.",
+    }
+    assert [line.get("time") for line in sent] == [
+        T0.strftime("%Y-%m-%d %H:%M"),
+        (T0 + HOUR / 6).strftime("%Y-%m-%d %H:%M"),
+        (T0 + HOUR).strftime("%Y-%m-%d %H:%M"),
+        None,  # the same minute as the line before
+    ]
+
+
+def test_extractor_lines_split_into_even_calls(world: World) -> None:
+    world.configure(jobs={"batch_size": 4})
+    world.logs([("user", f"Line number {n} about the cat.", T0 + n * HOUR / 60) for n in range(6)])
+    world.reply({"memories": []}, {"memories": []})
+
+    outcome = world.run("extractor")
+
+    assert [len(world.sent(n)["log"]) for n in range(2)] == [3, 3]
+    assert outcome.stats["logs_read"] == 6

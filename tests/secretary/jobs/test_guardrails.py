@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from secretary.config import GuardrailSettings
+from secretary.jobs.base import split_ids
 from secretary.jobs.guardrails import (
     ChangeCount,
     ProtectionFacts,
@@ -12,9 +12,9 @@ from secretary.jobs.guardrails import (
     count_changes,
     drop_protected,
     protected_ids,
-    split_ids,
 )
-from store.models import MemoryStatus
+from secretary.jobs.settings import GuardrailSettings
+from store.kinds import MemoryStatus
 from store.operations import (
     CreateMemory,
     CreateRelation,
@@ -115,7 +115,7 @@ def test_run_job_recently_recalled_duplicate_is_not_merged(world: World) -> None
     (twin,) = world.memories(
         content="The user is allergic to peanuts.", type="fact", session_id="b"
     )
-    world.store.repository.reinforce({twin: 1}, now=NOW - DAY, step=0.1, max_boost=1.0)
+    world.store.db.writer.reinforce({twin: 1}, now=NOW - DAY, step=0.1, max_boost=1.0)
 
     outcome = world.run("auditor")
 
@@ -139,7 +139,7 @@ def test_run_job_over_the_change_cap_is_refused_and_recorded(world: World) -> No
     (record,) = world.records()[-1:]
     assert record.status == "refused"
     assert "max_changes_per_run" in record.stats["refused"]
-    assert world.store.repository.job_state("auditor", "maya") == {}
+    assert world.store.db.work.job_state("auditor", "maya") == {}
     assert world.llm_requests == []
 
 

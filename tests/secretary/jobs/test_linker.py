@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from secretary.jobs.linker import associative_edges
-from tests.secretary.jobs.conftest import NOW, World
+from tests.secretary.jobs.conftest import HOUR, NOW, World
 
 
 def hiking(world: World) -> tuple[int, int, int]:
@@ -90,3 +90,36 @@ def test_associative_edges_keep_the_strongest_per_memory_and_skip_existing() -> 
     chosen = associative_edges([1], edges, max_per_memory=2, existing={(1, 2)})
 
     assert chosen == [(1, 3, 0.8)]
+
+
+def test_linker_call_lists_a_shared_neighbour_once_and_groups_as_ids(world: World) -> None:
+    world.configure(jobs={"linker_threshold": 0.6})
+    # The old memory shares four words with each new one; the new ones share only two.
+    (old,) = world.memories(content="maya tom hiking alps sunny weekend")
+    world.run("linker")  # no neighbour yet, so no call; it is indexed and seen
+    first, second = world.add(
+        [
+            {"content": "maya tom hiking alps monday rain", "timestamp": NOW - 2 * HOUR},
+            {"content": "hiking alps sunny weekend lisbon trip", "timestamp": NOW - HOUR},
+        ]
+    )
+    world.reply({"relations": []})
+
+    world.run("linker")
+
+    assert len(world.llm_requests) == 1
+    sent = world.sent()
+    assert [m["id"] for m in sent["memories"]] == [old, first, second]  # oldest first, once
+    assert all(set(m) <= {"id", "time", "content"} for m in sent["memories"])
+    assert sent["groups"] == [[first, old], [second, old]]  # the new memory first
+
+
+def test_linker_group_inside_another_is_asked_once_and_settled(world: World) -> None:
+    world.configure(jobs={"linker_threshold": 0.6})
+    up, down, bill = hiking(world)
+    world.reply({"relations": []})
+
+    world.run("linker")
+
+    assert world.sent()["groups"] == [[up, down]]  # not again as [down, up]
+    assert world.store.db.work.job_state("linker", "maya")["typed_watermark"] == bill

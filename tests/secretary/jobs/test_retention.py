@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from store.models import MemoryStatus
+from datetime import datetime
+
+from store.kinds import MemoryStatus
+from store.operations import SetStatus
 from tests.secretary.jobs.conftest import DAY, NOW, World
+
+
+def set_status_at(world: World, memory_id: int, status: MemoryStatus, now: datetime) -> None:
+    """Change a memory's status through the one writer at a given time (its tombstone age)."""
+    op = SetStatus(memory_id=memory_id, status=status)
+    world.store.db.writer.apply("maya", "test", [op], now=now)
 
 
 def test_retention_purges_tombstones_older_than_undo_window(world: World) -> None:
@@ -11,16 +20,15 @@ def test_retention_purges_tombstones_older_than_undo_window(world: World) -> Non
         [{"content": "old news"}, {"content": "recent news"}, {"content": "kept"}],
         now=NOW - 60 * DAY,
     )
-    repo = world.store.repository
-    repo.set_status("maya", [old], MemoryStatus.ARCHIVED, now=NOW - 40 * DAY, job="test")
-    repo.set_status("maya", [recent], MemoryStatus.SUPERSEDED, now=NOW - 5 * DAY, job="test")
+    set_status_at(world, old, MemoryStatus.ARCHIVED, NOW - 40 * DAY)
+    set_status_at(world, recent, MemoryStatus.SUPERSEDED, NOW - 5 * DAY)
     records_before = len(world.records())
 
     outcome = world.run("retention")
 
     assert outcome.status == "applied"
     assert outcome.stats["purged"] == 1
-    assert repo.get_memory("maya", old) is None
+    assert world.store.db.memories.get("maya", old) is None
     assert world.memory(recent).status == "superseded"
     assert world.memory(alive).status == "active"
     assert len(world.records()) == records_before + 1  # earlier records are kept
@@ -31,9 +39,7 @@ def test_retention_purges_tombstones_older_than_undo_window(world: World) -> Non
 def test_retention_undo_window_is_configurable(world: World) -> None:
     world.configure(jobs={"retention_undo_days": 3})
     (gone,) = world.memories(content="superseded long enough")
-    world.store.repository.set_status(
-        "maya", [gone], MemoryStatus.MERGED, now=NOW - 4 * DAY, job="test"
-    )
+    set_status_at(world, gone, MemoryStatus.MERGED, NOW - 4 * DAY)
 
     assert world.run("retention").status == "applied"
-    assert world.store.repository.get_memory("maya", gone) is None
+    assert world.store.db.memories.get("maya", gone) is None

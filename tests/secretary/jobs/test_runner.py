@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from secretary.jobs.base import UnknownJob
+from secretary.cycle import run_cycle
 from secretary.jobs.extractor import Extractor
-from secretary.jobs.runner import JOBS, RecordLedger, namespaces_with_work, run_cycle, run_job
+from secretary.jobs.registry import JOBS, UnknownJob
+from secretary.llm.budget import TokenLedger
+from secretary.runner import run_job
 from tests.helpers.openai_server import CHAT_COMPLETIONS, chat_reply, error_reply
 from tests.secretary.jobs.conftest import HOUR, NOW, World
 
@@ -40,7 +42,7 @@ def assert_failed_and_nothing_applied(world: World, error: str) -> None:
     assert record.status == "failed"
     assert error in (record.error or "")
     assert world.active() == []
-    assert world.store.repository.job_state("extractor", "maya") == {}
+    assert world.store.db.work.job_state("extractor", "maya") == {}
 
 
 def test_run_job_malformed_json_fails_cleanly_with_record(world: World) -> None:
@@ -60,13 +62,13 @@ def test_run_job_malformed_json_fails_cleanly_with_record(world: World) -> None:
 def test_run_job_schema_violation_fails_cleanly_with_record(world: World) -> None:
     three_logs(world)
     bad = json.loads(json.dumps(GOOD))
-    bad["memories"][0]["importance"] = 42
+    bad["memories"][0]["type"] = "opinion"  # no such type: nothing in the reply is usable
     world.reply(bad, bad)
 
     outcome = world.run("extractor")
 
     assert outcome.status == "failed"
-    assert_failed_and_nothing_applied(world, "importance")
+    assert_failed_and_nothing_applied(world, "type")
 
 
 def test_run_job_rate_limited_then_success_applies(world: World) -> None:
@@ -117,7 +119,7 @@ def test_run_job_budget_reached_mid_run_applies_finished_batches_only(world: Wor
     assert "budget" in outcome.stats["stopped"]
     assert len(world.llm_requests) == 1
     assert len(world.active()) == 1
-    assert world.store.repository.job_state("extractor", "maya") == {"watermark": log_ids[0]}
+    assert world.store.db.work.job_state("extractor", "maya") == {"watermark": log_ids[0]}
     (record,) = world.records()
     assert record.status == "applied"
     assert record.tokens_in == 2500
@@ -133,7 +135,7 @@ def test_run_job_budget_exhausted_before_any_call_is_refused_and_recorded(world:
     assert outcome.status == "refused"
     assert "budget" in outcome.message
     assert world.llm_requests == []
-    assert world.store.repository.job_state("extractor", "maya") == {}
+    assert world.store.db.work.job_state("extractor", "maya") == {}
     (record,) = world.records()
     assert record.status == "refused"
     assert "budget" in record.stats["stopped"]
@@ -143,7 +145,7 @@ def test_record_ledger_counts_the_days_recorded_tokens(world: World) -> None:
     three_logs(world)
     world.reply(GOOD, prompt_tokens=400)
     world.run("extractor")
-    ledger = RecordLedger(world.store.repository)
+    ledger = TokenLedger(world.store.db.records.tokens_on)
 
     ledger.add("maya", NOW.date(), 7)
 
@@ -171,7 +173,7 @@ def test_run_job_unexpected_error_is_recorded_as_failed(
     def broken(self: Extractor, ctx: object) -> None:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(Extractor, "plan", broken)
+    monkeypatch.setattr(Extractor, "parts", broken)
 
     outcome = world.run("extractor")
 
@@ -186,7 +188,7 @@ def test_run_job_keyboard_interrupt_is_recorded_and_reraised(
     def interrupted(self: Extractor, ctx: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Extractor, "plan", interrupted)
+    monkeypatch.setattr(Extractor, "parts", interrupted)
 
     with pytest.raises(KeyboardInterrupt):
         world.run("extractor")
@@ -202,9 +204,24 @@ def test_run_job_dry_run_plans_but_writes_nothing(world: World) -> None:
     assert outcome.status == "planned"
     assert outcome.plan is not None
     assert len(outcome.plan.changes) == 1
-    assert world.records() == []
     assert world.active() == []
-    assert world.store.repository.job_state("extractor", "maya") == {}
+    assert world.store.db.work.job_state("extractor", "maya") == {}
+    # It asked the model: the tokens it spent are recorded (and count against the day's budget).
+    (record,) = world.records()
+    assert (record.status, record.stats["dry_run"], record.tokens_in) == ("applied", True, 10)
+    assert world.store.db.records.get(record.id)[1] == []  # no operation
+    assert "1 LLM call(s), 10 + 1 tokens" in outcome.message
+
+
+def test_run_job_dry_run_without_model_calls_writes_no_record(world: World) -> None:
+    world.configure(llm=False)
+    world.add([{"content": "The user is allergic to peanuts.", "type": "fact"}])
+    before = world.records()
+
+    outcome = world.run("auditor", dry_run=True)
+
+    assert outcome.status == "planned"
+    assert world.records() == before  # the ingest's only
 
 
 def test_run_job_unknown_name_raises(world: World) -> None:
@@ -235,7 +252,7 @@ def test_namespaces_with_work_lists_memory_and_log_namespaces(world: World) -> N
         now=NOW,
     )
 
-    assert namespaces_with_work(world.store) == ["maya", "other"]
+    assert world.store.db.work.namespaces_with_work() == ["maya", "other"]
 
 
 def test_run_job_pending_plan_blocks_the_next_run(world: World) -> None:

@@ -39,9 +39,9 @@ def test_soul_mapper_events_create_trait_with_evidence_links(world: World) -> No
     outcome = world.run("soul_mapper")
 
     assert outcome.status == "applied"
-    (made,) = [m for m in world.active() if m.metadata_.get("trait") is True]
+    (made,) = [m for m in world.active() if m.metadata.get("trait") is True]
     assert made.type == "preference"
-    assert made.metadata_["confidence"] == 0.7
+    assert made.metadata["confidence"] == 0.7
     assert made.event_time == NOW - DAY  # its latest evidence, not "now"
     assert world.edges(made.id) == {
         (made.id, first, "derived_from"),
@@ -71,7 +71,7 @@ def test_soul_mapper_updated_trait_supersedes_previous_version(world: World) -> 
     assert previous.status == "superseded"
     revised = world.memory(previous.replaced_by_id or 0)
     assert revised.content == "The user trains for races."
-    assert revised.metadata_ == {
+    assert revised.metadata == {
         "trait": True,
         "confidence": 0.8,
         "evidence_ids": [second],
@@ -90,3 +90,32 @@ def test_soul_mapper_unknown_trait_to_update_is_dropped(world: World) -> None:
     assert outcome.status == "nothing"  # memory `first` is evidence, not a trait it may revise
     assert outcome.stats["dropped_ids"] == [first]
     assert world.memory(first).status == "active"
+
+
+def test_soul_mapper_prompt_shows_memories_by_day_and_traits_since_a_day(world: World) -> None:
+    first, second = runs(world)
+    world.reply({"traits": [trait("The user is a keen runner.", [first, second])]})
+    world.run("soul_mapper")
+    (made,) = [m for m in world.active() if m.metadata.get("trait") is True]
+    (third,) = world.memories(content="Maya ran 12 km on Sunday.", timestamp=NOW - DAY)
+    world.reply({"traits": []})
+
+    world.run("soul_mapper", now=NOW + DAY)
+
+    sent = world.sent()
+    assert sent["traits"] == [
+        {
+            "id": made.id,
+            "trait": "The user is a keen runner.",
+            "confidence": 0.7,
+            "since": (NOW - DAY).strftime("%Y-%m-%d"),
+        }
+    ]
+    assert sent["memories"] == [
+        {
+            "id": third,
+            "type": "event",
+            "day": (NOW - DAY).strftime("%Y-%m-%d"),
+            "content": "Maya ran 12 km on Sunday.",
+        }
+    ]

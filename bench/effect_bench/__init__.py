@@ -1,0 +1,1 @@
+"""The maintenance-effect benchmark (entry point: bench/maintenance_effect.py)."""

@@ -1,0 +1,1 @@
+"""The latency and scale benchmark (entry point: bench/latency.py)."""

@@ -1,0 +1,1 @@
+"""The LoCoMo retrieval benchmark (entry point: bench/locomo.py)."""

@@ -1,0 +1,1 @@
+"""The maintenance benchmark (entry point: bench/maintenance.py)."""

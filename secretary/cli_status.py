@@ -1,0 +1,127 @@
+"""`secretary status`: the daemon, the schedule, and per namespace how its jobs are doing.
+
+A thin command over ``store.status`` (what GET /v1/status serves too).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import click
+
+from secretary.cli_common import Context, _store, pass_context
+from store.clock import utc_now
+
+if TYPE_CHECKING:
+    from store.status import JobStatus, NamespaceStatus, ScheduleStatus, Status
+
+
+@click.command()
+@click.option("--namespace", "-n", help="Only this namespace (default: every one with work).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@pass_context
+def status(ctx: Context, namespace: str | None, as_json: bool) -> None:
+    """Show whether the daemon runs, each job's next firing, and per namespace each job's
+    last outcome, failures, back-off, quarantined items, backlog and the day's tokens."""
+    from secretary.status_config import status_config
+    from store.status import read_status, status_json
+
+    config = status_config(ctx.settings)
+    with _store(ctx, namespace=namespace) as store:
+        found = read_status(
+            store.db, config, now=utc_now(), namespaces=(namespace,) if namespace else None
+        )
+    if as_json:
+        click.echo(json.dumps(status_json(found), indent=2))
+        return
+    for line in status_lines(found):
+        click.echo(line)
+
+
+def status_lines(found: Status) -> list[str]:
+    """The status as text lines."""
+    daemon = found.daemon
+    if daemon.running:
+        lines = [
+            f"daemon: running ({daemon.holder}, since {_at(daemon.since)}, "
+            f"lease until {_at(daemon.expires_at)})"
+        ]
+    elif daemon.holder is not None:
+        lines = [
+            f"daemon: not running (last {daemon.holder}, lease ran out {_at(daemon.expires_at)})"
+        ]
+    else:
+        lines = ["daemon: not running"]
+    lines.append("schedule:")
+    lines += [f"  {_schedule_line(entry)}" for entry in found.schedule]
+    limit = found.max_tokens_per_day
+    for space in found.namespaces:
+        lines.append(f"namespace {space.namespace!r}: {_budget(space, limit)}")
+        lines += [f"  {_job_line(job)}" for job in space.jobs]
+    if not found.namespaces:
+        lines.append("no namespace has memories or logs yet")
+    return lines
+
+
+def _at(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds") if value is not None else "-"
+
+
+def _schedule_line(entry: ScheduleStatus) -> str:
+    parts = []
+    if entry.paused:
+        parts.append("paused")
+    if entry.firing == "interrupted":
+        parts.append(
+            f"INTERRUPTED: the firing of {_at(entry.last_fired_at)} never finished "
+            "(a restarted daemon runs it again)"
+        )
+    elif entry.firing == "running":
+        parts.append(f"running since {_at(entry.last_fired_at)}")
+    if entry.next_fire_at is not None:
+        parts.append(f"next {_at(entry.next_fire_at)}")
+    elif not entry.paused:
+        parts.append("next: when a daemon runs")
+    return f"{entry.job:<13} {'; '.join(parts)}"
+
+
+def _budget(space: NamespaceStatus, limit: int | None) -> str:
+    cost = f", cost {space.cost_today:.4f}" if space.cost_today else ""
+    if limit is None:
+        budget = "budget unknown"
+    elif limit == 0:
+        budget = "no daily budget"
+    else:
+        budget = f"of {limit:,} a day" + (" - BUDGET REACHED" if space.budget_reached else "")
+    return f"{space.tokens_today:,} tokens today {budget}{cost}"
+
+
+def _job_line(job: JobStatus) -> str:
+    last = job.last
+    if last is None:
+        said = "never ran"
+    else:
+        record = f" #{last['record']}" if last.get("record") is not None else ""
+        message = f": {last['message']}" if last.get("message") else ""
+        said = f"{last.get('status')} {str(last.get('at', ''))[:19]}{record}{message}"
+    parts = [said]
+    if job.failures:
+        parts.append(f"{job.failures} failure(s) in a row")
+    if job.backing_off:
+        parts.append(f"backing off until {_at(job.backoff_until)}")
+    if job.failing:
+        parts.append(f"{job.failing} item(s) failing")
+    if job.quarantined:
+        parts.append(f"{job.quarantined} quarantined")
+    if job.backlog is not None:
+        parts.append(f"backlog {_backlog(job)}")
+    return f"{job.job:<13} {'; '.join(parts)}"
+
+
+def _backlog(job: JobStatus) -> str:
+    counts = dict(job.backlog or {})
+    if len(set(counts.values())) <= 1:
+        return str(job.backlog_total)
+    return f"{job.backlog_total} (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")"

@@ -1,0 +1,81 @@
+"""What an LLM call can fail with; each error builds its own message.
+
+A job that gets one stops cleanly: the job boundary records the failed run.
+"""
+
+from __future__ import annotations
+
+from secretary.llm.usage import LlmUsage
+from store.errors import SecretaryError
+
+
+class LlmError(SecretaryError):
+    """Base class of the LLM layer's errors; a job that gets one stops cleanly."""
+
+
+class LlmNotConfigured(LlmError):
+    """No model is configured, so LLM jobs are skipped."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "no LLM is configured: set [llm] model in the config file or SECRETARY_LLM_MODEL"
+        )
+
+
+class LlmCallFailed(LlmError):
+    """The provider refused the call, or transient failures outlasted the retry bound."""
+
+    def __init__(
+        self,
+        *,
+        prompt_id: str,
+        model: str,
+        attempts: int,
+        seconds: float,
+        cause: BaseException,
+        retry_after: float | None = None,
+        hint: str = "",
+    ) -> None:
+        self.prompt_id = prompt_id
+        self.model = model
+        self.attempts = attempts
+        # The provider's Retry-After, in seconds, if it asked to wait longer than we could.
+        self.retry_after = retry_after
+        wait = f"; the provider asks to retry after {retry_after:.0f}s" if retry_after else ""
+        # What to do about it, when the failure says (an unreachable server, a refused key).
+        fix = f". {hint}" if hint else ""
+        super().__init__(
+            f"LLM call for prompt {prompt_id!r} to model {model!r} failed after {attempts}"
+            f" attempt(s) in {seconds:.1f}s: {type(cause).__name__}: {cause}{wait}{fix}"
+        )
+
+
+class LlmInvalidReply(LlmError):
+    """The reply did not match the response schema, even after one repair attempt."""
+
+    def __init__(
+        self, *, prompt_id: str, model: str, detail: str, usage: LlmUsage | None = None
+    ) -> None:
+        self.prompt_id = prompt_id
+        self.model = model
+        # The tokens were spent even though the reply is unusable; the run records them.
+        self.usage = usage
+        super().__init__(
+            f"model {model!r} gave an invalid reply to prompt {prompt_id!r}"
+            f" after one repair attempt: {detail}"
+        )
+
+
+class BudgetExhausted(LlmError):
+    """The next LLM call would exceed the token budget of the run or of the day."""
+
+    def __init__(self, *, scope: str, namespace: str, limit: int, used: int, needed: int) -> None:
+        self.scope = scope
+        self.namespace = namespace
+        self.limit = limit
+        self.used = used
+        self.needed = needed
+        super().__init__(
+            f"token budget per {scope} for namespace {namespace!r} is exhausted:"
+            f" {used} of {limit} tokens used, the next call needs up to {needed}"
+        )

@@ -1,0 +1,163 @@
+"""How a job run ended (``RunOutcome``), what its record says, and what deciding it reads.
+
+Shared by ``secretary.runner`` (a run) and ``secretary.approval`` (a stored plan approved or
+rejected later), so that neither imports the other's internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from secretary.jobs.base import Plan
+from secretary.jobs.context import LlmCalls
+from secretary.jobs.guardrails import ProtectionFacts, protected_ids
+from secretary.jobs.settings import GuardrailSettings
+from store.database import Database
+from store.kinds import RecordStatus
+from store.operations import changed_ids
+
+Status = Literal["applied", "planned", "refused", "failed", "skipped", "nothing"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    job: str
+    namespace: str
+    status: Status
+    record_id: int | None = None
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""
+    # The plan as it would be (dry run) or was applied, after the guardrails.
+    plan: Plan | None = None
+    # Every record the run wrote (a two-part job writes one per part); record_id is the last.
+    records: tuple[int, ...] = ()
+    # Skipped because another process runs this job on the namespace right now.
+    busy: bool = False
+
+
+def make_outcome(
+    job: str,
+    namespace: str,
+    status: Status,
+    message: str,
+    record_id: int | None = None,
+    stats: Mapping[str, Any] | None = None,
+    plan: Plan | None = None,
+) -> RunOutcome:
+    return RunOutcome(
+        job=job,
+        namespace=namespace,
+        status=status,
+        record_id=record_id,
+        stats=dict(stats or {}),
+        message=message,
+        plan=plan,
+    )
+
+
+def protected_targets(
+    db: Database, namespace: str, plan: Plan, guardrails: GuardrailSettings, *, now: datetime
+) -> set[int]:
+    """Return the protected memories among those the plan would retire or rewrite."""
+    rows = db.memories.many(namespace, changed_ids(plan.operations))
+    facts = [
+        ProtectionFacts(
+            id=m.id, pinned=m.pinned, importance=m.importance, last_accessed=m.last_accessed
+        )
+        for m in rows
+    ]
+    return protected_ids(facts, guardrails, now=now)
+
+
+def run_stats(
+    plan: Plan,
+    kept: Plan,
+    llm: LlmCalls,
+    *,
+    dropped: Sequence[str],
+    protected_hit: Sequence[int],
+) -> dict[str, Any]:
+    """What a run's record says about a plan after the guardrails.
+
+    ``dropped`` are the labels of the changes dropped for touching ``protected_hit``. Items
+    left out (invalid reply items, replies naming what was not sent, protected memories) are
+    listed under "dropped" with their reasons.
+    """
+    rejected = [*llm.dropped, *plan.rejected]
+    reason = f"touches protected memories {list(protected_hit)}"
+    rejected += [{"item": label, "reason": reason} for label in dropped]
+    stats: dict[str, Any] = {
+        **plan.stats,
+        "changes": len(kept.changes),
+        "operations": len(kept.operations),
+        "llm_calls": llm.calls,
+        "dropped_protected": len(dropped),
+        "protected_ids": list(protected_hit),
+    }
+    if rejected:
+        stats["dropped"] = rejected
+    if llm.mended:
+        stats["mended"] = list(llm.mended)
+    if plan.stopped:
+        stats["stopped"] = plan.stopped
+    if plan.skipped:
+        stats["skipped"] = plan.skipped
+    return stats
+
+
+def cap_of(guardrails: GuardrailSettings) -> dict[str, Any]:
+    """The change cap, as a refused plan remembers it."""
+    return guardrails.model_dump(
+        include={"max_changes_per_run", "max_change_share", "change_share_floor"}
+    )
+
+
+def current_refusal(
+    db: Database, job: str, namespace: str, guardrails: GuardrailSettings
+) -> str | None:
+    """Why not to plan again: the job's last plan was refused by the change cap and neither
+    the cap nor the namespace changed since (planning again would ask the model again)."""
+    latest = db.records.find(namespaces=[namespace], job=job, limit=1)
+    if not latest or latest[0].status != RecordStatus.REFUSED:
+        return None
+    record = latest[0]
+    if record.stats.get("refused_by") != "cap" or "plan" not in record.stats:
+        return None
+    if record.stats.get("cap") != cap_of(guardrails):
+        return None
+    if record.stats.get("revision") != db.search.revision(namespace):
+        return None
+    return (
+        f"plan #{record.id} was refused by the change cap and nothing changed since: raise"
+        " [guardrails] max_changes_per_run, or approve it:"
+        f" `secretary plans approve {record.id}`"
+    )
+
+
+def with_records(outcome: RunOutcome, records: Sequence[int]) -> RunOutcome:
+    return replace(outcome, records=tuple(records))
+
+
+def merged_stats(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The parts' stats as one: counts added, lists joined, anything else the last part's."""
+    out: dict[str, Any] = {}
+    for stats in parts:
+        for key, value in stats.items():
+            if key != "part":
+                out[key] = _together(out.get(key), value)
+    return out
+
+
+def _together(old: Any, new: Any) -> Any:
+    if isinstance(old, list) and isinstance(new, list):
+        return [*old, *new]
+    both_counts = all(isinstance(v, int) and not isinstance(v, bool) for v in (old, new))
+    return old + new if both_counts else new
+
+
+def state_moved(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> bool:
+    # Watermarks start at 0, so a missing key and 0 mean the same.
+    return new is not None and any(value != old.get(key, 0) for key, value in new.items())

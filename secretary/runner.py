@@ -1,0 +1,451 @@
+"""Running a job on a namespace: guardrails, apply (or store for approval), records, health.
+
+``run_job`` is the job boundary, the one broad catch: a run that raises is recorded as failed
+(with the error and the tokens it spent), its traceback logged, and nothing of the failing part
+is applied. A run
+
+1. takes the job's lease on the namespace, so that one run at a time does the work, across
+   processes and hosts (a second one is skipped and says who runs);
+2. skips at once while the job backs off after failed runs, or while a plan the change cap
+   refused is still current (nothing changed since and the cap is the same);
+3. applies the job's plans part by part (``Job.parts``: what needs no model first, with its
+   own record, then the model's part), each after the guardrails: changes to protected memories
+   are dropped, a plan over the change cap is refused and kept (it can be approved), and in
+   approval mode it is stored for `secretary plans approve`;
+4. saves the job's health with the run's last record: the outcome, failures in a row and the
+   back-off, and the items quarantined after a call failed too often (``secretary.health``).
+
+``secretary.cycle`` runs the jobs over the namespaces, as `secretary dream` does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from loguru import logger
+
+from secretary import health as healths
+from secretary.approval import plan_stats
+from secretary.config import Settings
+from secretary.jobs.base import BatchFailed, Job, Plan
+from secretary.jobs.context import JobContext, LlmCalls
+from secretary.jobs.guardrails import cap_refusal, count_changes, drop_protected, needs_approval
+from secretary.jobs.registry import get_job
+from secretary.llm.budget import Budget, TokenLedger
+from secretary.llm.client import LlmClient
+from secretary.outcomes import (
+    RunOutcome,
+    Status,
+    cap_of,
+    current_refusal,
+    make_outcome,
+    merged_stats,
+    protected_targets,
+    run_stats,
+    state_moved,
+    with_records,
+)
+from store.kinds import Outcome
+from store.leases import Lease, LeaseHeld, current_lease, holder_id
+from store.record_info import RecordInfo
+from store.service import Store
+
+Monotonic = Callable[[], float]
+
+
+def run_job(
+    store: Store,
+    settings: Settings,
+    job_name: str,
+    namespace: str,
+    *,
+    now: datetime,
+    dry_run: bool = False,
+    retry_quarantined: bool = False,
+    llm: LlmClient | None = None,
+    ledger: TokenLedger | None = None,
+    monotonic: Monotonic = time.monotonic,
+) -> RunOutcome:
+    """Run one job on one namespace (see the module docstring).
+
+    ``dry_run`` plans and checks but writes nothing, not even a record (nor takes the lease).
+    ``retry_quarantined`` sends the quarantined items again instead of what is new. Raise
+    UnknownJob for an unknown name; any other error is recorded as a failed run and reported in
+    the outcome (errors that are not an ``Exception``, such as KeyboardInterrupt, are re-raised).
+    """
+    job = get_job(job_name)
+    with _run_lock(store, settings, job.name, namespace, dry_run=dry_run) as renew:
+        if renew is None:
+            return _busy(store, job, namespace)
+        run = _Run(
+            store=store,
+            settings=settings,
+            job=job,
+            namespace=namespace,
+            now=now,
+            dry_run=dry_run,
+            renew=renew,
+            monotonic=monotonic,
+            started=monotonic(),
+        )
+        return run.go(retry_quarantined=retry_quarantined, llm=llm, ledger=ledger)
+
+
+def run_lease(job: str, namespace: str) -> str:
+    """The name of the lease a run of ``job`` on ``namespace`` holds."""
+    return f"run:{job}:{namespace}"
+
+
+@contextmanager
+def _run_lock(
+    store: Store, settings: Settings, job: str, namespace: str, *, dry_run: bool
+) -> Iterator[Callable[[], bool] | None]:
+    """Hold the job's lease on the namespace for the run; yield its renewal (None: another
+    process holds it). A dry run writes nothing and takes no lease."""
+    if dry_run:
+        yield lambda: True
+        return
+    ttl = timedelta(seconds=settings.jobs.run_lock_seconds)
+    lock = Lease(store.engine, holder=holder_id(), ttl=ttl, name=run_lease(job, namespace))
+    try:
+        lock.acquire()
+    except LeaseHeld as exc:
+        logger.info("{} on {}: {}", job, namespace, exc)
+        yield None
+        return
+    try:
+        yield lock.renew
+    finally:
+        lock.release()
+
+
+def _busy(store: Store, job: Job, namespace: str) -> RunOutcome:
+    held = current_lease(store.engine, run_lease(job.name, namespace))
+    who = f" by {held.holder} since {held.acquired_at.isoformat()}" if held else ""
+    message = f"already running on {namespace!r}{who}: this run was skipped"
+    return replace(make_outcome(job.name, namespace, "skipped", message), busy=True)
+
+
+@dataclass(kw_only=True)
+class _Run:
+    """One run of one job on one namespace."""
+
+    store: Store
+    settings: Settings
+    job: Job
+    namespace: str
+    now: datetime
+    dry_run: bool
+    renew: Callable[[], bool]
+    monotonic: Monotonic
+    started: float
+    health: dict[str, Any] = field(default_factory=dict)
+    records: list[int] = field(default_factory=list)
+
+    def go(
+        self, *, retry_quarantined: bool, llm: LlmClient | None, ledger: TokenLedger | None
+    ) -> RunOutcome:
+        db, name, namespace = self.store.db, self.job.name, self.namespace
+        self.health = db.work.job_health(name, namespace)
+        pending = db.records.pending(name, namespace)
+        if pending is not None:
+            return self._end("skipped", f"plan #{pending} awaits approval")
+        waiting = healths.backoff_until(self.health)
+        if waiting is not None and waiting > self.now and not self.dry_run:
+            failures = self.health.get("failures", 0)
+            message = f"backing off after {failures} failed run(s) until {waiting.isoformat()}"
+            return make_outcome(name, namespace, "skipped", message)
+        refused = current_refusal(db, name, namespace, self.settings.guardrails)
+        if refused is not None:
+            return make_outcome(name, namespace, "skipped", refused)
+        client = llm if llm is not None else LlmClient(self.settings.llm)
+        if self.job.needs_llm and not client.configured:
+            return self._end("skipped", "LLM not configured")
+        budget = Budget.for_run(
+            self.settings.llm,
+            namespace=namespace,
+            now=self.now,
+            ledger=ledger or TokenLedger(db.records.tokens_on),
+        )
+        ctx = JobContext(
+            store=self.store,
+            namespace=namespace,
+            now=self.now,
+            llm=LlmCalls(
+                client,
+                budget=budget,
+                max_calls=self.settings.jobs.max_llm_calls_per_run,
+                before_call=self._renew,
+            ),
+            state=db.work.job_state(name, namespace),
+            jobs=self.settings.jobs,
+            guardrails=self.settings.guardrails,
+            health=self.health,
+            retry_quarantined=retry_quarantined,
+        )
+        try:
+            if self.job.uses_index and not self.dry_run and db.work.outbox_size():
+                # Neighbours are found through the index: bring it up to date with SQL first.
+                self.store.indexer.sync()
+            return self._parts(ctx)
+        except BaseException as exc:
+            logger.opt(exception=exc).error("job {} on namespace {} failed", name, namespace)
+            outcome = self._failed(ctx, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return outcome
+
+    # -- the parts ------------------------------------------------------------------------------
+
+    def _parts(self, ctx: JobContext) -> RunOutcome:
+        outcomes: list[RunOutcome] = []
+        for plan in self.job.parts(ctx):
+            self._renew()
+            outcome = self._settle(ctx, plan)
+            outcomes.append(outcome)
+            if outcome.status in ("refused", "planned") and not self.dry_run:
+                break  # what follows builds on this part: it waits until this one is settled
+        return self._combine(ctx, outcomes)
+
+    def _settle(self, ctx: JobContext, plan: Plan) -> RunOutcome:
+        """Apply the guardrails to one plan, then refuse, report, store or apply it."""
+        db, name, namespace = ctx.db, self.job.name, self.namespace
+        guardrails = ctx.guardrails
+        protected = protected_targets(db, namespace, plan, guardrails, now=self.now)
+        filtered = drop_protected([c.operations for c in plan.changes], protected)
+        if filtered.dropped:
+            logger.warning(
+                "{}: dropping {} change(s) that would touch protected memories {}",
+                name,
+                len(filtered.dropped),
+                list(filtered.protected_hit),
+            )
+        kept = plan.keeping(filtered.kept)
+        stats = run_stats(
+            plan,
+            kept,
+            ctx.llm,
+            dropped=[plan.changes[i].label for i in filtered.dropped],
+            protected_hit=filtered.protected_hit,
+        )
+        refusal = cap_refusal(
+            count_changes(kept.operations), db.memories.count(namespace), guardrails
+        )
+        if refusal is not None:
+            logger.warning("{} on {}: plan refused: {}", name, namespace, refusal)
+            stats |= {
+                "refused": refusal,
+                "refused_by": "cap",
+                "cap": cap_of(guardrails),
+                "revision": db.search.revision(namespace),
+            }
+            if not self.dry_run:
+                stats["plan"] = plan_stats(db, kept, base_state=db.work.job_state(name, namespace))
+            record_id = self._record(ctx, Outcome.REFUSED, stats)
+            message = f"{refusal}; kept as plan #{record_id}: `secretary plans approve {record_id}`"
+            return make_outcome(name, namespace, "refused", message, record_id, stats, kept)
+        if self.dry_run:
+            return make_outcome(name, namespace, "planned", "dry run", None, stats, kept)
+        if not kept.changes:
+            return self._nothing(ctx, kept, stats)
+        if needs_approval(ctx.jobs.approval, kept.operations):
+            base = db.work.job_state(name, namespace)
+            stats["plan"] = plan_stats(db, kept, base_state=base)
+            record_id = self._record(ctx, Outcome.PLANNED, stats)
+            message = f"{len(kept.changes)} change(s) await `secretary plans approve {record_id}`"
+            return make_outcome(name, namespace, "planned", message, record_id, stats, kept)
+        info = RecordInfo(stats=stats, finished_at=self._end_time(), **ctx.llm.record_info())
+        applied = self.job.apply(db.writer, kept, now=self.now, info=info)
+        if applied.record_id is not None:
+            self.records.append(applied.record_id)
+        if applied.operations:
+            message = f"{len(kept.changes)} change(s) applied ({applied.operations} operations)"
+        else:
+            message = "nothing changed (every change was in place already)"
+        if plan.skipped:
+            message += f"; {plan.skipped}: its LLM part was skipped"
+        if plan.stopped:
+            message += f"; stopped early: {plan.stopped}"
+        status: Status = "applied" if applied.operations else "nothing"
+        return make_outcome(name, namespace, status, message, applied.record_id, stats, kept)
+
+    def _nothing(self, ctx: JobContext, plan: Plan, stats: dict[str, Any]) -> RunOutcome:
+        """A plan without changes: save a moved watermark, and record tokens spent or a stop.
+
+        The record and the watermark commit together: a crash between the two would lose the
+        run's tokens from the day's budget while its watermark says the work is done.
+        """
+        moved = state_moved(ctx.state, plan.job_state)
+        # Stopped before its first call (the budget is spent): say so in a record, since the
+        # job will keep stopping until the budget allows it to run.
+        refused = plan.stopped is not None and not ctx.llm.calls
+        # Tokens spent, items dropped or protected memories spared are worth a record.
+        worth_a_record = (
+            refused
+            or bool(ctx.llm.calls)
+            or bool(stats.get("dropped_protected"))
+            or bool(stats.get("dropped"))
+        )
+        record_id = None
+        if moved or worth_a_record:
+            if refused:
+                outcome = Outcome.REFUSED
+            else:
+                outcome = Outcome.NOTHING if worth_a_record else Outcome.APPLIED
+            applied = ctx.db.writer.apply(
+                ctx.namespace,
+                self.job.name,
+                (),
+                now=self.now,
+                info=RecordInfo(
+                    outcome=outcome,
+                    stats=stats,
+                    finished_at=self._end_time(),
+                    **ctx.llm.record_info(),
+                ),
+                job_state=plan.job_state if moved else None,
+            )
+            record_id = applied.record_id
+            if record_id is not None:
+                self.records.append(record_id)
+        status: Status = "refused" if refused else "skipped" if plan.skipped else "nothing"
+        if refused:
+            message = plan.stopped or ""
+        elif plan.skipped:
+            message = plan.skipped
+        else:
+            message = f"stopped early: {plan.stopped}" if plan.stopped else "nothing to do"
+        return make_outcome(self.job.name, ctx.namespace, status, message, record_id, stats, plan)
+
+    def _combine(self, ctx: JobContext, outcomes: Sequence[RunOutcome]) -> RunOutcome:
+        """One outcome for the run: the last part's, with every record and the parts' words."""
+        last = outcomes[-1]
+        applied = [o for o in outcomes if o.status == "applied"]
+        status = last.status
+        if status in ("nothing", "skipped") and applied:
+            status = "applied"
+        message = "; ".join(
+            f"{o.plan.part}: {o.message}" if o.plan is not None and o.plan.part else o.message
+            for o in outcomes
+        )
+        retried = last.plan.answered if ctx.retry_quarantined and last.plan is not None else ()
+        stats = merged_stats([o.stats for o in outcomes])
+        record_id = next((o.record_id for o in reversed(outcomes) if o.record_id), None)
+        outcome = make_outcome(
+            self.job.name, self.namespace, status, message, record_id, stats, last.plan
+        )
+        if self.dry_run and ctx.llm.calls:
+            outcome = self._dry_run_tokens(ctx, outcome)
+        outcome = with_records(outcome, self.records)
+        if not self.dry_run:
+            self._save_health(
+                healths.after_run(
+                    self.health,
+                    status=outcome.status,
+                    at=self.now,
+                    record=outcome.record_id,
+                    message=message,
+                    retried=retried,
+                )
+            )
+        return outcome
+
+    def _dry_run_tokens(self, ctx: JobContext, outcome: RunOutcome) -> RunOutcome:
+        """A dry run changes nothing, but the tokens it spent count: one record says so, so the
+        day's budget sees them."""
+        info = RecordInfo(
+            outcome=Outcome.NOTHING,
+            stats={"dry_run": True, "llm_calls": ctx.llm.calls},
+            finished_at=self._end_time(),
+            **ctx.llm.record_info(),
+        )
+        applied = ctx.db.writer.apply(ctx.namespace, self.job.name, (), now=self.now, info=info)
+        if applied.record_id is not None:
+            self.records.append(applied.record_id)
+        spent = ctx.llm.record_info()
+        message = (
+            f"{outcome.message}; {ctx.llm.calls} LLM call(s), {spent['tokens_in']} +"
+            f" {spent['tokens_out']} tokens (record #{applied.record_id})"
+        )
+        return replace(outcome, message=message, record_id=applied.record_id)
+
+    # -- failures -------------------------------------------------------------------------------
+
+    def _failed(self, ctx: JobContext, exc: BaseException) -> RunOutcome:
+        cause: BaseException = exc.cause if isinstance(exc, BatchFailed) else exc
+        message = f"{type(cause).__name__}: {cause}"
+        if self.dry_run:
+            return make_outcome(
+                self.job.name, self.namespace, "failed", message, None, {"llm_calls": 0}
+            )
+        batch = exc.ids if isinstance(exc, BatchFailed) else None
+        retry_after = exc.retry_after if isinstance(exc, BatchFailed) else None
+        health, quarantined = healths.after_failure(
+            self.health,
+            at=self.now,
+            record=None,
+            message=message,
+            batch=batch,
+            retry_after=retry_after,
+            settings=ctx.jobs,
+        )
+        stats: dict[str, Any] = {"llm_calls": ctx.llm.calls}
+        if batch:
+            stats["failed_batch"] = list(batch)
+        if quarantined:
+            stats["quarantined"] = quarantined
+            message += f"; quarantined {len(quarantined)} item(s) after {ctx.jobs.quarantine_after}"
+            message += " failures in a row: `secretary dream --retry-quarantined` sends them again"
+        info = RecordInfo(
+            outcome=Outcome.FAILED,
+            stats=stats,
+            error=f"{type(cause).__name__}: {cause}",
+            finished_at=self._end_time(),
+            **ctx.llm.record_info(),
+        )
+        with ctx.db.writer.unit(ctx.namespace, self.job.name, self.now, info) as unit:
+            health["last"]["record"] = unit.record.id
+            unit.save_job_health(self.job.name, health)
+        record_id = unit.record.id  # a failed run's record is always kept
+        self.records.append(record_id)
+        outcome = make_outcome(self.job.name, self.namespace, "failed", message, record_id, stats)
+        return with_records(outcome, self.records)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _record(self, ctx: JobContext, outcome: Outcome, stats: Mapping[str, Any]) -> int | None:
+        """Write a record without operations: a refused run, or a plan stored for approval."""
+        if self.dry_run:
+            return None
+        info = RecordInfo(
+            outcome=outcome, stats=stats, finished_at=self._end_time(), **ctx.llm.record_info()
+        )
+        applied = ctx.db.writer.apply(ctx.namespace, self.job.name, (), now=self.now, info=info)
+        if applied.record_id is not None:
+            self.records.append(applied.record_id)
+        return applied.record_id
+
+    def _save_health(self, health: Mapping[str, Any]) -> None:
+        self.store.db.writer.apply(self.namespace, self.job.name, (), now=self.now, health=health)
+
+    def _end(self, status: Status, message: str) -> RunOutcome:
+        """End a run that did nothing, remembering why."""
+        if not self.dry_run:
+            self._save_health(
+                healths.after_run(
+                    self.health, status=status, at=self.now, record=None, message=message
+                )
+            )
+        return make_outcome(self.job.name, self.namespace, status, message)
+
+    def _end_time(self) -> datetime:
+        return self.now + timedelta(seconds=max(0.0, self.monotonic() - self.started))
+
+    def _renew(self) -> None:
+        if not self.renew():
+            raise LeaseHeld("another run of this job (this run's lease expired)", self.now)

@@ -1,0 +1,128 @@
+"""The console's app: its state, the session cookie on every response, errors as pages.
+
+``create_console`` builds it over the API's store; ``store.api.app`` serves it at /ui (see
+``store.api.console.mount``). It writes nothing itself: its pages call the same store functions
+as the API's routes (edit, delete, forget, undo, the schedule table) and the secretary's
+``ConsoleOps`` (approval, cron).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from store.api.console import pages_login, pages_memories, pages_runs, pages_status
+from store.api.console.ops import ConsoleOps
+from store.api.console.render import install_filters
+from store.api.console.session import COOKIE, MAX_AGE, decode, encode, new_session
+from store.api.console.web import (
+    HERE,
+    Console,
+    CsrfRefused,
+    LoginNeeded,
+    PageNotFound,
+    page,
+    see_other,
+)
+from store.service import Store
+from store.status import StatusConfig
+
+Next = Callable[[Request], Awaitable[Response]]
+
+
+def create_console(
+    store: Store,
+    *,
+    clock: Callable[[], datetime],
+    status: StatusConfig,
+    ops: ConsoleOps | None = None,
+    secret: bytes | None = None,
+) -> FastAPI:
+    """Build the console over ``store``; ``secret`` signs its sessions (default: drawn now)."""
+    templates = Jinja2Templates(directory=HERE / "templates")
+    install_filters(templates.env)
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.console = Console(
+        store=store,
+        clock=clock,
+        status=status,
+        ops=ops,
+        secret=secret or secrets.token_bytes(32),
+        templates=templates,
+    )
+    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="static")
+    for module in (pages_login, pages_runs, pages_memories, pages_status):
+        app.include_router(module.router)
+    _install_session(app)
+    _install_errors(app)
+    return app
+
+
+def _install_session(app: FastAPI) -> None:
+    @app.middleware("http")
+    async def session(request: Request, call_next: Next) -> Response:
+        here: Console = app.state.console
+        now = here.clock()
+        found = decode(here.secret, request.cookies.get(COOKIE), now)
+        request.state.session = found or new_session(now)
+        response = await call_next(request)
+        current = request.state.session
+        if found is None or current != found:
+            response.set_cookie(
+                COOKIE,
+                encode(here.secret, current),
+                max_age=int(MAX_AGE.total_seconds()),
+                path="/ui",
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
+        # Pages show memories: no caching by the browser or a proxy, no framing.
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        response.headers.setdefault(
+            "Content-Security-Policy",
+            # Bars are drawn with a width in a style attribute; no inline script runs.
+            "default-src 'self'; style-src-attr 'unsafe-inline'; img-src 'self' data:; "
+            "frame-ancestors 'none'; form-action 'self'",
+        )
+        return response
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(PageNotFound)
+    async def not_found(request: Request, exc: Exception) -> Response:
+        what = exc.what if isinstance(exc, PageNotFound) else "not found"
+        return page(request, "error.html", {"title": "Not found", "what": what}, status_code=404)
+
+    @app.exception_handler(CsrfRefused)
+    async def refused(request: Request, _: Exception) -> Response:
+        what = "this form is out of date or came from another site: nothing was changed"
+        return page(request, "error.html", {"title": "Refused", "what": what}, status_code=403)
+
+    @app.exception_handler(LoginNeeded)
+    async def login(request: Request, _: Exception) -> Response:
+        if request.method == "GET":
+            return see_other("/ui/login")
+        what = "log in first: nothing was changed"
+        return page(request, "error.html", {"title": "Log in", "what": what}, status_code=401)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, _: Exception) -> Response:
+        # A path id that is not a number names nothing: the same page as a missing one.
+        what = "no such page (a malformed address)"
+        return page(request, "error.html", {"title": "Not found", "what": what}, status_code=404)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        code = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+        what = str(exc.detail) if isinstance(exc, StarletteHTTPException) else "error"
+        return page(request, "error.html", {"title": str(code), "what": what}, status_code=code)

@@ -1,0 +1,193 @@
+"""Overnight, one run with its diff and its undo (dry run first, force a second step), plans.
+
+Undo calls ``store.undo`` as POST /v1/records/{id}/undo does; approve and reject call the
+secretary's approval (``ConsoleOps``) as `secretary plans approve|reject` does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from store.api.console.plan_text import plan_changes
+from store.api.console.web import (
+    PageNotFound,
+    checked_form,
+    console,
+    page,
+    said,
+    see_other,
+    see_other_saying,
+    viewer,
+)
+from store.clock import parse_timestamp
+from store.diff import record_diff
+from store.errors import NotFound, SecretaryError
+from store.records_view import dropped_items, duration_seconds, run_reason
+from store.undo import AlreadyUndone, ForgetIsFinal, NothingToUndo, UndoConflict, plan_undo, undo
+from store.views import OperationView, RecordView
+
+router = APIRouter()
+
+# Records a person's action or an ingest writes; the rest are the jobs' runs.
+NOT_RUNS = frozenset({"ingest", "edit", "delete", "forget", "undo"})
+MAX_RECORDS = 500
+DEFAULT_HOURS = 24
+
+
+def since_time(raw: str | None, now: datetime) -> datetime:
+    """Given the form's time (ISO-8601; without an offset, UTC) and now, return where the
+    night starts: that time, or DEFAULT_HOURS before now if there is none or it is not a time."""
+    if raw:
+        try:
+            return parse_timestamp(raw)  # a naive time is read as UTC
+        except ValueError:
+            pass
+    return now - timedelta(hours=DEFAULT_HOURS)
+
+
+def _is_run(record: RecordView, jobs: frozenset[str]) -> bool:
+    return record.job in jobs if jobs else record.job not in NOT_RUNS
+
+
+@router.get("/ui/overnight")
+def overnight(request: Request, since: str | None = None, every: str | None = None) -> Response:
+    here, who = console(request), viewer(request)
+    start = since_time(since, here.clock())
+    jobs = frozenset(here.status.jobs)
+    found = here.store.db.records.find(namespaces=who.namespaces, limit=MAX_RECORDS)
+    shown = [
+        r
+        for r in found
+        if r.started_at >= start and (every or _is_run(r, jobs)) and r.status != "planned"
+    ]
+    changes = here.store.db.records.change_counts(r.id for r in shown)
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in shown:
+        groups[record.namespace].append(_run_row(record, changes.get(record.id, {})))
+    context = {
+        "title": "Overnight",
+        "since": start,
+        "every": bool(every),
+        "groups": sorted(groups.items()),
+        "planned": len(_waiting(request)),
+        # Records are read newest first up to MAX_RECORDS: say so when older ones were cut.
+        "cut": len(found) == MAX_RECORDS and found[-1].started_at >= start,
+        "max_records": MAX_RECORDS,
+    }
+    return page(request, "overnight.html", context)
+
+
+def _run_row(record: RecordView, changes: dict[str, int]) -> dict[str, Any]:
+    return {
+        "record": record,
+        "duration": duration_seconds(record),
+        "changes": {kind: n for kind, n in changes.items() if n},
+        "tokens": record.tokens_in + record.tokens_out,
+        "dropped": len(dropped_items(record.stats)),
+        "quarantined": len(record.stats.get("quarantined") or ()),
+        "reason": run_reason(record.stats),
+        "bad": record.status in ("failed", "refused") or record.error is not None,
+    }
+
+
+def _record(request: Request, record_id: int) -> tuple[RecordView, list[OperationView]]:
+    """The record if the viewer may see it. Raise PageNotFound otherwise (as if missing)."""
+    here, who = console(request), viewer(request)
+    try:
+        return here.store.db.records.get(record_id, namespaces=who.namespaces)
+    except NotFound:
+        raise PageNotFound(f"record {record_id} does not exist") from None
+
+
+@router.get("/ui/runs/{record_id}")
+def run_page(request: Request, record_id: int, undone_by: int | None = None) -> Response:
+    record, operations = _record(request, record_id)
+    memories = console(request).store.db.memories
+    diff = record_diff(record, operations, lambda ids: memories.texts(record.namespace, ids))
+    context = {
+        "title": f"Run #{record.id}",
+        "record": record,
+        "row": _run_row(record, dict(diff.changes)),
+        "diff": diff,
+        "dropped": dropped_items(record.stats),
+        "undone_by": undone_by,
+    }
+    return page(request, "run.html", context)
+
+
+@router.get("/ui/runs/{record_id}/undo")
+def undo_preview(request: Request, record_id: int) -> Response:
+    record, _ = _record(request, record_id)
+    error, plan = None, None
+    try:
+        plan = plan_undo(console(request).store.db.writer, record_id)
+    except (AlreadyUndone, ForgetIsFinal, NothingToUndo) as exc:
+        error = str(exc)
+    context = {"title": f"Undo run #{record_id}?", "record": record, "plan": plan, "error": error}
+    return page(request, "undo.html", context)
+
+
+@router.post("/ui/runs/{record_id}/undo")
+async def undo_run(request: Request, record_id: int) -> Response:
+    form = await checked_form(request)
+    record, _ = _record(request, record_id)
+    here = console(request)
+    force = form.get("force") == "yes"
+    try:
+        done = undo(here.store.db.writer, record_id, now=here.clock(), force=force)
+    except UndoConflict as exc:
+        plan = plan_undo(here.store.db.writer, record_id)
+        context = {"title": "Undo refused", "record": record, "plan": plan, "error": str(exc)}
+        return page(request, "undo.html", context, status_code=409)
+    except (AlreadyUndone, ForgetIsFinal, NothingToUndo) as exc:
+        context = {"title": "Undo refused", "record": record, "plan": None, "error": str(exc)}
+        return page(request, "undo.html", context, status_code=409)
+    return see_other(f"/ui/runs/{record_id}?undone_by={done.record_id}")
+
+
+# -- plans awaiting approval ---------------------------------------------------------------------
+
+
+def _waiting(request: Request) -> list[dict[str, Any]]:
+    """The viewer's plans awaiting approval (with the cap's refusals, when the secretary says
+    which those are), oldest first, each with its changes in words."""
+    here, who = console(request), viewer(request)
+    records = here.store.db.records
+    waiting = records.planned() if here.ops is None else records.many(here.ops.pending())
+    out = []
+    for record in sorted(waiting, key=lambda r: r.id):
+        if who.allows(record.namespace):
+            lookup = partial(here.store.db.memories.texts, record.namespace)
+            out.append({"record": record, "changes": plan_changes(record.stats, lookup)})
+    return out
+
+
+@router.get("/ui/plans")
+def plans(request: Request) -> Response:
+    context = {
+        "title": "Plans awaiting approval",
+        "plans": _waiting(request),
+        "can_decide": console(request).ops is not None,
+        "message": said(request),
+    }
+    return page(request, "plans.html", context)
+
+
+@router.post("/ui/plans/{record_id}/{decision}")
+async def decide(request: Request, record_id: int, decision: str) -> Response:
+    await checked_form(request)
+    _record(request, record_id)  # 404 for another namespace's record, as for a missing one
+    here = console(request)
+    if here.ops is None or decision not in ("approve", "reject"):
+        raise PageNotFound("approval is not available here")
+    act = here.ops.approve if decision == "approve" else here.ops.reject
+    try:
+        message = act(record_id, here.clock())
+    except SecretaryError as exc:
+        message = str(exc)
+    return see_other_saying(request, "/ui/plans", message)

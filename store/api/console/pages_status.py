@@ -1,0 +1,110 @@
+"""Status: the daemon, the schedule (pause, resume, a new cron expression previewed before it is
+saved), each namespace's jobs with their backlog, and today's tokens against the budget.
+
+The status is ``store.status.read_status`` (GET /v1/status); schedule changes go through the
+secretary's validation (``ConsoleOps``) into ``store.schedules`` as `secretary schedule` does.
+The schedule is the whole store's: only a viewer who may use every namespace changes it.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from store.api.auth import Principal
+from store.api.console.web import (
+    PageNotFound,
+    checked_form,
+    console,
+    page,
+    said,
+    see_other_saying,
+    viewer,
+)
+from store.errors import SecretaryError
+from store.status import read_status, status_json
+
+router = APIRouter()
+PREVIEW = 5
+
+
+def may_schedule(request: Request, who: Principal) -> bool:
+    """True if the viewer may use every namespace the store holds (the schedule is theirs)."""
+    if who.namespaces is None:
+        return True
+    held = console(request).store.db.memories.namespaces()
+    return set(held) <= set(who.namespaces)
+
+
+@router.get("/ui/status")
+def status(request: Request) -> Response:
+    here, who = console(request), viewer(request)
+    now = here.clock()
+    shown = status_json(read_status(here.store.db, here.status, now=now, namespaces=who.namespaces))
+    schedule = here.ops.schedule(now, 3) if here.ops is not None else None
+    budget = shown["budget"]["max_tokens_per_day"]
+    shares = {
+        n["namespace"]: min(100, round(n["tokens_today"] * 100 / budget)) if budget else 0
+        for n in shown["namespaces"]
+    }
+    context = {
+        "title": "Status",
+        "status": shown,
+        "shares": shares,
+        "schedule": schedule,
+        "timezone": here.ops.timezone if here.ops is not None else None,
+        "may_schedule": here.ops is not None and may_schedule(request, who),
+        "message": said(request),
+    }
+    return page(request, "status.html", context)
+
+
+def _scheduler(request: Request) -> None:
+    here = console(request)
+    if here.ops is None or not may_schedule(request, viewer(request)):
+        raise PageNotFound("the schedule cannot be changed here")
+
+
+@router.get("/ui/status/schedule/{job}")
+def preview(request: Request, job: str, cron: str = "") -> Response:
+    _scheduler(request)
+    here = console(request)
+    assert here.ops is not None
+    known = {entry.job: entry for entry in here.ops.schedule(here.clock(), 1)}
+    if job not in known:
+        raise PageNotFound(f"no job {job!r}")
+    shown, error = None, None
+    if cron.strip():
+        try:
+            shown = here.ops.preview(cron, here.clock(), PREVIEW)
+        except SecretaryError as exc:
+            error = str(exc)
+    context = {
+        "title": f"Schedule of {job}",
+        "job": known[job],
+        "cron": cron,
+        "preview": shown,
+        "error": error,
+        "timezone": here.ops.timezone,
+    }
+    return page(request, "schedule.html", context, status_code=422 if error else 200)
+
+
+@router.post("/ui/status/schedule/{job}/{action}")
+async def change(request: Request, job: str, action: str) -> Response:
+    form = await checked_form(request)
+    _scheduler(request)
+    here = console(request)
+    assert here.ops is not None
+    now = here.clock()
+    try:
+        if action == "cron":
+            normal = here.ops.set_cron(job, form.get("cron", ""), now)
+            told = f"{job}: {normal} (stored; a running daemon applies it within seconds)"
+        elif action in ("pause", "resume"):
+            here.ops.set_paused(job, action == "pause", now)
+            told = f"{job}: {'paused' if action == 'pause' else 'resumed'}"
+        else:
+            raise PageNotFound(f"no action {action!r}")
+    except SecretaryError as exc:
+        told = f"{job}: not changed: {exc}"
+    return see_other_saying(request, "/ui/status", told)

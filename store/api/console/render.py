@@ -1,0 +1,45 @@
+"""Jinja filters for the console's templates: times, durations, money, score bars (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from jinja2 import Environment
+
+
+def when(moment: datetime | None) -> str:
+    """A time as the pages show it: UTC, to the minute."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def money(cost: float | None) -> str:
+    return "-" if cost is None else f"${cost:.4f}"
+
+
+def bars(breakdown: Mapping[str, float]) -> list[tuple[str, float, int]]:
+    """Given a hit's score breakdown, return (part, value, width in percent) to draw."""
+    out = []
+    for name, value in breakdown.items():
+        if name == "score":
+            continue
+        width = max(0, min(100, round(abs(value) * 100)))
+        out.append((name, value, width))
+    return out
+
+
+def install_filters(env: Environment) -> None:
+    env.filters["when"] = when
+    env.filters["duration"] = duration
+    env.filters["money"] = money
+    env.filters["bars"] = bars

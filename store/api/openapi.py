@@ -1,0 +1,146 @@
+"""The OpenAPI document says what the app does: its security schemes, and the refusals every
+route can answer besides its own (a body refused by ``BodyGuard``, a database gone); and the app
+holds to it where FastAPI would not (a query parameter of one value given twice).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+
+from store.api.auth import authenticate, presented_key
+from store.api.deps import api_state
+from store.api.errors import ApiError
+from store.api.responses import ErrorOut
+
+SECURITY_SCHEMES = {
+    "bearerAuth": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API key from [[api.keys]]: `Authorization: Bearer KEY`.",
+    },
+    "apiKeyAuth": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-API-Key",
+        "description": "The same key in a header of its own.",
+    },
+}
+# Either header will do.
+SECURITY: list[dict[str, list[str]]] = [{"bearerAuth": []}, {"apiKeyAuth": []}]
+
+_ERROR = {"$ref": "#/components/schemas/ErrorOut"}
+_WHY = {
+    "400": "The body is not UTF-8 JSON, or holds NaN or an infinity.",
+    "401": "No API key, or an unknown one.",
+    "413": "The body is larger than api.max_body_bytes.",
+    "415": "The body is not declared as JSON (Content-Type: application/json).",
+    "422": "A parameter or the body is invalid; each problem is named.",
+    "503": "The database is unavailable; try again later.",
+}
+
+
+def install_openapi(app: FastAPI, *, keyed: bool) -> None:
+    """Make ``app.openapi()`` declare the key schemes and, on every ``/v1`` operation, the key
+    it needs (when ``keyed``, i.e. keys are configured) and the refusals it can answer."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, routes=app.routes, description=app.description
+            )
+            add_refusals(schema, keyed=keyed)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def add_refusals(schema: dict[str, Any], *, keyed: bool) -> None:
+    """Add the security schemes and the common error responses to an OpenAPI document."""
+    components = schema.setdefault("components", {})
+    _integer_bounds(components.get("schemas", {}))
+    components["securitySchemes"] = SECURITY_SCHEMES
+    components.setdefault("schemas", {}).setdefault("ErrorOut", ErrorOut.model_json_schema())
+    for path, operations in schema.get("paths", {}).items():
+        for operation in operations.values():
+            _parameters_are_never_null(operation)
+        if not path.startswith("/v1/"):
+            continue
+        for operation in operations.values():
+            codes = ["422", "503"]
+            if keyed:
+                operation["security"] = SECURITY
+                codes.append("401")
+            if "requestBody" in operation:
+                codes += ["400", "413", "415"]
+            responses = operation.setdefault("responses", {})
+            for code in codes:
+                content = {"application/json": {"schema": _ERROR}}
+                responses.setdefault(code, {"description": _WHY[code], "content": content})
+
+
+_MAX_ID = 2**63 - 1
+
+
+def _integer_bounds(node: Any) -> None:
+    """Give integer bounds back as integers: FastAPI writes a model's bounds through floats, and
+    2**63 - 1 (the largest id) would round up to 2**63, a value no id may have."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("minimum", "maximum") and isinstance(value, float) and value.is_integer():
+                node[key] = min(int(value), _MAX_ID)
+            else:
+                _integer_bounds(value)
+    elif isinstance(node, list):
+        for item in node:
+            _integer_bounds(item)
+
+
+def _parameters_are_never_null(operation: dict[str, Any]) -> None:
+    """An optional header or query parameter is absent or given, never ``null``: drop the
+    ``null`` FastAPI adds to its type (a URL cannot carry one, so a client generated from the
+    document, or a fuzzer, would send something else for it)."""
+    for parameter in operation.get("parameters", ()):
+        schema = parameter.get("schema", {})
+        options = [o for o in schema.get("anyOf", ()) if o.get("type") != "null"]
+        if parameter.get("in") in ("header", "query") and len(options) == 1:
+            rest = {k: v for k, v in schema.items() if k != "anyOf"}
+            parameter["schema"] = {**options[0], **rest}
+
+
+def single_valued_query(request: Request) -> None:
+    """Refuse a query parameter given more than once where the document declares one value
+    (FastAPI would silently take the last). Raise ApiError 422 naming it."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    repeated = {name for name, _ in request.query_params.multi_items()}
+    repeated = {name for name in repeated if len(request.query_params.getlist(name)) > 1}
+    if not repeated:
+        return
+    app: FastAPI = request.app
+    try:  # a caller without a valid key learns only that (401, from the route)
+        authenticate(api_state(app).store.settings.api.keys, presented_key(request.headers))
+    except ApiError:
+        return
+    operation = app.openapi()["paths"].get(route.path_format, {}).get(request.method.lower(), {})
+    single = {
+        parameter["name"]
+        for parameter in operation.get("parameters", ())
+        if parameter.get("in") == "query" and not _is_array(parameter.get("schema", {}))
+    }
+    if repeated & single:
+        problems = [
+            (f"query.{name}", "given more than once: it takes one value")
+            for name in sorted(repeated & single)
+        ]
+        raise ApiError(422, "invalid request", problems)
+
+
+def _is_array(schema: dict[str, Any]) -> bool:
+    options = schema.get("anyOf", ()) or schema.get("oneOf", ())
+    return schema.get("type") == "array" or any(_is_array(option) for option in options)

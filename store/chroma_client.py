@@ -1,0 +1,110 @@
+"""Opening Chroma, embedded or a server, with bounded waits; the vector index's errors.
+
+``store.vector_index`` builds on this; it is apart so that the index module holds only what it
+does with collections.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import chromadb
+import httpx
+from chromadb.api import ClientAPI
+from chromadb.config import APIVersion, Settings
+from chromadb.errors import ChromaError
+
+from store.errors import StoreError
+
+
+class VectorIndexError(StoreError):
+    """The vector index (Chroma) failed or could not be reached."""
+
+
+class IncompatibleCollection(VectorIndexError):
+    """A namespace's collection cannot be used as it is: only a rebuild makes it usable."""
+
+
+class EmbedderMismatchError(IncompatibleCollection):
+    """A namespace's collection was filled by a different embedder."""
+
+    def __init__(
+        self, namespace: str, stored: tuple[object, object], current: tuple[str, int]
+    ) -> None:
+        self.namespace = namespace
+        self.stored = stored
+        self.current = current
+        super().__init__(
+            f"namespace {namespace!r} was indexed with embedder {stored[0]} (dim {stored[1]}) "
+            f"but this index uses {current[0]} (dim {current[1]}): rebuild the vector index"
+        )
+
+
+def open_client(*, path: Path | None, url: str | None, timeout: float) -> ClientAPI:
+    """Connect to the server at ``url``, else open the embedded database at ``path``.
+
+    Raise VectorIndexError if neither is given or the target cannot be opened.
+    """
+    settings = Settings(anonymized_telemetry=False)
+    if url is not None:
+        return _http_client(url, settings, timeout)
+    if path is not None:
+        return _persistent_client(path, settings)
+    raise VectorIndexError("no vector index configured: give a Chroma path or url")
+
+
+def describe_target(client: ClientAPI) -> str:
+    """Name where a client points, for error messages."""
+    settings = client.get_settings()
+    if settings.chroma_server_host:
+        scheme = "https" if settings.chroma_server_ssl_enabled else "http"
+        host, port = settings.chroma_server_host, settings.chroma_server_http_port
+        return f"the Chroma server at {scheme}://{host}:{port}"
+    if settings.is_persistent:
+        return f"the Chroma database at {settings.persist_directory}"
+    return "the in-memory Chroma database"
+
+
+def _persistent_client(path: Path, settings: Settings) -> ClientAPI:
+    try:
+        return chromadb.PersistentClient(path=path, settings=settings)
+    except ChromaError as exc:  # e.g. the path is a file or not writable
+        raise VectorIndexError(f"cannot open the Chroma database at {path}: {exc}") from exc
+
+
+def _http_client(url: str, settings: Settings, timeout: float) -> ClientAPI:
+    """Return a client for the server at url, after a bounded heartbeat probe."""
+    host, port, ssl = _parse_url(url)
+    # chromadb's own first request has no timeout; probe first so a dead host fails fast.
+    api_path = (settings.chroma_server_api_default_path or APIVersion.V2).value
+    base = f"{'https' if ssl else 'http'}://{host}:{port}{api_path}"
+    try:
+        httpx.get(f"{base}/heartbeat", timeout=timeout).raise_for_status()
+        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=settings)
+    # chromadb reports a refused connection while connecting as a ValueError.
+    except (httpx.HTTPError, ChromaError, ValueError) as exc:
+        raise VectorIndexError(f"cannot reach the Chroma server at {url}: {exc}") from exc
+    _set_request_timeout(client, timeout)
+    return client
+
+
+def _parse_url(url: str) -> tuple[str, int, bool]:
+    """Return (host, port, ssl) of an http(s) URL; raise VectorIndexError if it is not one."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise VectorIndexError(f"invalid Chroma url {url!r}: {exc}") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise VectorIndexError(f"invalid Chroma url {url!r}: expected http(s)://host[:port]")
+    ssl = parts.scheme == "https"
+    return parts.hostname, port or (443 if ssl else 8000), ssl
+
+
+def _set_request_timeout(client: ClientAPI, timeout: float) -> None:
+    """Bound every HTTP request: chromadb builds its httpx client with no timeout."""
+    # chromadb exposes no setting for this, so reach into its FastAPI server object.
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if isinstance(session, httpx.Client):
+        session.timeout = httpx.Timeout(timeout)

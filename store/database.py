@@ -1,0 +1,42 @@
+"""The SQL side of the store in one object: its reads and its one writer over one engine.
+
+``Database`` only wires: each attribute is the object callers use directly (no method here
+passes a call through).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from store.dream_requests import DreamRequests
+from store.reads.identities import IdentityReads
+from store.reads.indexing import IndexingReads
+from store.reads.listing import ListingReads
+from store.reads.memories import MemoryReads
+from store.reads.records import RecordReads
+from store.reads.search import SearchReads
+from store.reads.work import WorkReads
+from store.rebuilds import RebuildTable
+from store.schedules import ScheduleTable
+from store.writer import Writer
+
+
+class Database:
+    """Given an engine at the newest schema: ``memories``, ``records``, ``work``, ``search``,
+    ``identities``, ``listing`` and ``indexing`` read; ``writer`` writes; ``schedules`` is the
+    daemon's schedule table, ``dream_requests`` the queue of requests to dream now and
+    ``rebuilds`` the vector index rebuilds not finished yet."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.memories = MemoryReads(engine)
+        self.records = RecordReads(engine)
+        self.work = WorkReads(engine)
+        self.search = SearchReads(engine)
+        self.identities = IdentityReads(engine)
+        self.listing = ListingReads(engine)
+        self.writer = Writer(engine)
+        self.schedules = ScheduleTable(engine)
+        self.dream_requests = DreamRequests(engine)
+        self.indexing = IndexingReads(engine)
+        self.rebuilds = RebuildTable(engine)

@@ -1,0 +1,340 @@
+"""Forgetting: a person's erasure request, carried out everywhere the content lives.
+
+Unlike every other change, a forget removes content for good: the memories (and, if asked, the
+conversation log lines they came from), their relations, every maintenance record's images of
+them, and any text of theirs that other records quote (labels, verdicts, stored plans). The
+vector index drops them through the outbox; the lexical index follows the namespace revision.
+What remains is the erasure record: ids, content hashes, who asked and when, never the text.
+
+Memories that hold the same content go too: those merged into a forgotten one (an exact
+duplicate, a fragment), the one a forgotten memory was merged into, and those derived from it
+(a summary, a trait). A memory that superseded a forgotten one holds newer, different facts and
+stays. ``plan_forget`` lists all of it with the reason, for a dry run, before anything goes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, or_, select
+from sqlalchemy.orm import Session
+
+from store.errors import NotFound
+from store.kinds import MemoryStatus, RelationType
+from store.models import (
+    ConversationLog,
+    IndexOutbox,
+    MaintenanceOperation,
+    MaintenanceRecord,
+    Memory,
+    MemoryRelation,
+)
+from store.requests import SearchFilters
+from store.unit import UnitOfWork, tombstone
+
+# A run of this many characters of forgotten text, found in any other stored string, marks
+# that string as quoting it (a label cut at 60 characters, a verdict's reason, a stored plan).
+SHINGLE = 24
+FORGOTTEN = "[forgotten]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForgetSelection:
+    """What to forget: memories by id, by external id, by filter, or the whole namespace."""
+
+    ids: tuple[int, ...] = ()
+    external_ids: tuple[str, ...] = ()
+    filters: SearchFilters | None = None
+    everything: bool = False
+    logs: bool = False  # also the conversation log lines the memories were extracted from
+
+    @property
+    def empty(self) -> bool:
+        """Names nothing (a filter that restricts nothing names nothing either: forgetting a
+        whole namespace takes ``everything``)."""
+        filtered = self.filters is not None and not self.filters.empty
+        return not (self.ids or self.external_ids or filtered or self.everything)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forgotten:
+    """One memory a forget erases, and why it is part of it."""
+
+    id: int
+    content_hash: str
+    why: str  # "asked", "merged into #12", "derived from #7", ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForgetPlan:
+    namespace: str
+    memories: tuple[Forgotten, ...]
+    relations: tuple[int, ...]
+    logs: tuple[int, ...]
+    texts: tuple[str, ...] = field(repr=False)  # the content to scrub from other places
+
+    @property
+    def ids(self) -> set[int]:
+        return {m.id for m in self.memories}
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "memories": [
+                {"id": m.id, "content_hash": m.content_hash, "why": m.why} for m in self.memories
+            ],
+            "relations": list(self.relations),
+            "logs": list(self.logs),
+        }
+
+
+def plan_forget(session: Session, namespace: str, selection: ForgetSelection) -> ForgetPlan:
+    """Resolve the selection and everything that holds the same content. Raise NotFound for an
+    id or external id the namespace does not hold."""
+    rows = {m.id: m for m in _selected(session, namespace, selection)}
+    why = dict.fromkeys(rows, "asked")
+    frontier = list(rows)
+    while frontier:
+        found = _holding_the_same(session, namespace, frontier, rows)
+        frontier = []
+        for memory, reason in found:
+            if memory.id not in rows:
+                rows[memory.id] = memory
+                why[memory.id] = reason
+                frontier.append(memory.id)
+    ids = sorted(rows)
+    relations = session.scalars(
+        select(MemoryRelation.id).where(
+            or_(MemoryRelation.source_id.in_(ids), MemoryRelation.target_id.in_(ids))
+        )
+    ).all()
+    logs = _source_logs(session, namespace, rows.values()) if selection.logs else []
+    texts = [rows[i].content for i in ids]
+    if logs:
+        texts += session.scalars(
+            select(ConversationLog.content).where(ConversationLog.id.in_(logs))
+        ).all()
+    return ForgetPlan(
+        namespace=namespace,
+        memories=tuple(Forgotten(id=i, content_hash=rows[i].content_hash, why=why[i]) for i in ids),
+        relations=tuple(sorted(relations)),
+        logs=tuple(sorted(logs)),
+        texts=tuple(texts),
+    )
+
+
+def erase(unit: UnitOfWork, plan: ForgetPlan) -> None:
+    """Carry the plan out in the unit's transaction (its record is the erasure record)."""
+    session, ids = unit.session, plan.ids
+    if not ids and not plan.logs:
+        return
+    memories = [unit.memory(i) for i in sorted(ids)]
+    for memory in memories:
+        if memory.status == MemoryStatus.ACTIVE:
+            unit.splice_out(memory, record_self=False)
+    for other in session.scalars(
+        select(Memory).where(Memory.replaced_by_id.in_(ids), Memory.id.not_in(ids))
+    ):
+        unit.touch(other)
+        other.replaced_by_id = None
+    session.execute(delete(MemoryRelation).where(MemoryRelation.id.in_(plan.relations)))
+    for memory in memories:  # links among the forgotten rows would depend on the delete order
+        memory.prev_id = memory.next_id = memory.replaced_by_id = None
+    session.flush()
+    session.execute(delete(IndexOutbox).where(IndexOutbox.memory_id.in_(ids)))
+    for memory in memories:
+        unit.forget_row(memory)
+    session.flush()
+    if plan.logs:
+        session.execute(delete(ConversationLog).where(ConversationLog.id.in_(plan.logs)))
+    _scrub_records(session, plan)
+
+
+def _selected(session: Session, namespace: str, selection: ForgetSelection) -> list[Memory]:
+    in_namespace = select(Memory).where(Memory.namespace == namespace)
+    if selection.everything:
+        return list(session.scalars(in_namespace))
+    found: dict[int, Memory] = {}
+    for memory_id in selection.ids:
+        memory = session.get(Memory, memory_id)
+        if memory is None or memory.namespace != namespace:
+            raise NotFound("memory", memory_id)
+        found[memory.id] = memory
+    for external_id in selection.external_ids:
+        memory = session.scalars(in_namespace.where(Memory.external_id == external_id)).first()
+        if memory is None:
+            raise NotFound("memory with external id", repr(external_id))
+        found[memory.id] = memory
+    if selection.filters is not None and not selection.filters.empty:
+        filters = selection.filters
+        for memory in session.scalars(in_namespace):
+            view = _FilterView(memory)
+            if filters.matches(view):
+                found[memory.id] = memory
+    return list(found.values())
+
+
+@dataclass(frozen=True)
+class _FilterView:
+    """A memory row as ``SearchFilters.matches`` reads it."""
+
+    row: Memory
+
+    @property
+    def type(self) -> str:
+        return self.row.type
+
+    @property
+    def tags(self) -> Sequence[str]:
+        return tuple(self.row.tags or ())
+
+    @property
+    def event_time(self) -> Any:
+        return self.row.event_time
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        return dict(self.row.metadata_ or {})
+
+
+def _holding_the_same(
+    session: Session, namespace: str, ids: Sequence[int], known: Mapping[int, Memory]
+) -> list[tuple[Memory, str]]:
+    """The memories that hold content of these: merged into them, theirs merged into, derived."""
+    out: list[tuple[Memory, str]] = []
+    for memory_id in ids:
+        memory = known[memory_id]
+        if memory.status == MemoryStatus.MERGED and memory.replaced_by_id is not None:
+            into = session.get(Memory, memory.replaced_by_id)
+            if into is not None:
+                out.append((into, f"#{memory_id} was merged into it"))
+    merged_in = session.scalars(
+        select(Memory).where(
+            Memory.namespace == namespace,
+            Memory.replaced_by_id.in_(ids),
+            Memory.status == MemoryStatus.MERGED.value,
+        )
+    )
+    out += [(m, f"merged into #{m.replaced_by_id}") for m in merged_in]
+    derived = session.execute(
+        select(MemoryRelation.source_id, MemoryRelation.target_id).where(
+            MemoryRelation.namespace == namespace,
+            MemoryRelation.type == RelationType.DERIVED_FROM.value,
+            MemoryRelation.target_id.in_(ids),
+        )
+    ).all()
+    for source, target in derived:
+        derived_memory = session.get(Memory, source)
+        if derived_memory is not None:
+            out.append((derived_memory, f"derived from #{target}"))
+    return out
+
+
+def _source_logs(session: Session, namespace: str, memories: Iterable[Memory]) -> list[int]:
+    wanted = {
+        int(i)
+        for m in memories
+        for i in (m.metadata_ or {}).get("source_log_ids", [])
+        if isinstance(i, int)
+    }
+    if not wanted:
+        return []
+    return list(
+        session.scalars(
+            select(ConversationLog.id).where(
+                ConversationLog.namespace == namespace, ConversationLog.id.in_(sorted(wanted))
+            )
+        )
+    )
+
+
+# -- scrubbing the records ---------------------------------------------------------------------
+
+
+def _scrub_records(session: Session, plan: ForgetPlan) -> None:
+    """Remove the forgotten content from every record of the namespace."""
+    ids, relations = plan.ids, set(plan.relations)
+    quotes = Quotes(plan.texts)
+    records = session.scalars(
+        select(MaintenanceRecord).where(MaintenanceRecord.namespace == plan.namespace)
+    ).all()
+    for record in records:
+        record.stats = quotes.scrub(record.stats or {})
+        if record.error:
+            record.error = quotes.scrub(record.error)
+    operations = session.scalars(
+        select(MaintenanceOperation)
+        .join(MaintenanceRecord, MaintenanceRecord.id == MaintenanceOperation.record_id)
+        .where(MaintenanceRecord.namespace == plan.namespace)
+    ).all()
+    for op in operations:
+        gone = (op.target_kind == "memory" and op.target_id in ids) or (
+            op.target_kind == "relation" and (op.target_id in relations or _touches(op, ids))
+        )
+        if gone:
+            op.before = tombstone(op.before, op.target_id)
+            op.after = tombstone(op.after, op.target_id)
+        else:
+            op.before = quotes.scrub(op.before) if op.before is not None else None
+            op.after = quotes.scrub(op.after) if op.after is not None else None
+
+
+def drop_images(session: Session, namespace: str, memory_ids: set[int]) -> None:
+    """Keep only tombstones of these memories (and their relations) in every record: what
+    retention purges leaves no content behind in the records that once changed it."""
+    operations = session.scalars(
+        select(MaintenanceOperation)
+        .join(MaintenanceRecord, MaintenanceRecord.id == MaintenanceOperation.record_id)
+        .where(MaintenanceRecord.namespace == namespace)
+    ).all()
+    for op in operations:
+        if (op.target_kind == "memory" and op.target_id in memory_ids) or (
+            op.target_kind == "relation" and _touches(op, memory_ids)
+        ):
+            op.before = tombstone(op.before, op.target_id)
+            op.after = tombstone(op.after, op.target_id)
+
+
+def _touches(op: MaintenanceOperation, ids: set[int]) -> bool:
+    image = op.after or op.before or {}
+    return image.get("source_id") in ids or image.get("target_id") in ids
+
+
+class Quotes:
+    """Finds stored strings that quote forgotten text, by runs of SHINGLE characters."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._whole = {t for t in texts if t}
+        self._runs = {
+            text[i : i + SHINGLE]
+            for text in self._whole
+            if len(text) >= SHINGLE
+            for i in range(len(text) - SHINGLE + 1)
+        }
+
+    def quotes(self, value: str) -> bool:
+        if any(text in value for text in self._whole):
+            return True
+        return any(value[i : i + SHINGLE] in self._runs for i in range(len(value) - SHINGLE + 1))
+
+    def scrub(self, value: Any) -> Any:
+        """Return the value (JSON data or a string) with every quoting string replaced."""
+        if isinstance(value, str):
+            return FORGOTTEN if self.quotes(value) else value
+        if isinstance(value, Mapping):
+            return {key: self.scrub(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.scrub(item) for item in value]
+        return value
+
+
+def erasure_stats(plan: ForgetPlan, *, by: str | None) -> dict[str, Any]:
+    """What the erasure record says: ids, hashes, why, who; never the text."""
+    return {**plan.as_json(), "by": by, "irreversible": True}
+
+
+def dumps(plan: ForgetPlan) -> str:
+    return json.dumps(plan.as_json(), sort_keys=True)

@@ -1,0 +1,195 @@
+"""The store's daemon lease: a row in the database saying which daemon acts on the store.
+
+The lease is taken with one conditional UPDATE (free, ours, or expired) or, when there is no
+row yet, an INSERT that the primary key makes fail for all but one writer. Both are atomic on
+SQLite and PostgreSQL alike, so the lease holds across processes and hosts. The holder renews it
+well before it expires; a daemon that died leaves a lease that another takes over once expired.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import TracebackType
+
+from sqlalchemy import Engine, delete, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from store.clock import utc_now
+from store.errors import StoreError
+from store.models import DaemonLease
+
+DAEMON_LEASE = "daemon"
+ATTEMPTS = 3  # the row can vanish between a failed INSERT and the read that explains it
+
+
+class LeaseHeld(StoreError):
+    """Another daemon holds the store's lease."""
+
+    # EX_TEMPFAIL: worth trying later; under systemd, Restart= then makes a standby daemon.
+    exit_code = 75
+
+    def __init__(self, holder: str, expires_at: datetime) -> None:
+        self.holder = holder
+        self.expires_at = expires_at
+        super().__init__(
+            f"another secretary daemon is already running on this store: {holder} holds its"
+            f" lease until {expires_at.isoformat(timespec='seconds')}. Stop that daemon first;"
+            " if it died, its lease expires by then and this daemon may start."
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseInfo:
+    holder: str
+    acquired_at: datetime
+    expires_at: datetime
+
+
+def holder_id() -> str:
+    """Return this process's holder id, ``host:pid:uuid`` (the uuid tells a reused pid apart)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def holder_gone(holder: str) -> bool:
+    """Tell whether a holder id names a process of this host that no longer exists.
+
+    Holders of other hosts, and ids not of the ``host:pid:uuid`` form, are never gone: only
+    their lease's expiry frees them.
+    """
+    host, _, rest = holder.partition(":")
+    pid, _, _ = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, under another user
+        return False
+    return False
+
+
+def current_lease(engine: Engine, name: str = DAEMON_LEASE) -> LeaseInfo | None:
+    """Return the lease row, expired or not, or None if no daemon has held it."""
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(DaemonLease.holder, DaemonLease.acquired_at, DaemonLease.expires_at).where(
+                DaemonLease.name == name
+            )
+        ).first()
+    if row is None:
+        return None
+    return LeaseInfo(holder=row.holder, acquired_at=row.acquired_at, expires_at=row.expires_at)
+
+
+class Lease:
+    """A named lease held by ``holder`` for ``ttl`` at a time; a context manager for its life."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        holder: str,
+        ttl: timedelta,
+        clock: Callable[[], datetime] = utc_now,
+        name: str = DAEMON_LEASE,
+    ) -> None:
+        if ttl <= timedelta(0):
+            raise ValueError("a lease needs a positive ttl")
+        self._engine = engine
+        # On SQLite, BEGIN IMMEDIATE: the conditional update then cannot race another writer.
+        self._writes = engine.execution_options(write=True)
+        self.holder = holder
+        self.ttl = ttl
+        self._clock = clock
+        self.name = name
+        self.expires_at: datetime | None = None  # while held, as last written
+
+    def acquire(self) -> None:
+        """Take the lease if it is free, ours, expired, or held by a process of this host that
+        no longer exists (killed or crashed). Raise LeaseHeld if another holds it."""
+        for _ in range(ATTEMPTS):
+            now = self._clock()
+            if self._take(now) or self._insert(now):
+                self.expires_at = now + self.ttl
+                return
+            held = current_lease(self._engine, self.name)
+            if held is not None and held.expires_at > now:
+                if holder_gone(held.holder) and self._take(now, dead=held.holder):
+                    self.expires_at = now + self.ttl
+                    return
+                raise LeaseHeld(held.holder, held.expires_at)
+        # The row kept changing under us: someone else is starting at this very moment.
+        held = current_lease(self._engine, self.name)
+        if held is None:
+            raise LeaseHeld("another daemon that is starting", self._clock())
+        raise LeaseHeld(held.holder, held.expires_at)
+
+    def renew(self) -> bool:
+        """Extend the lease by ``ttl`` from now; return False if it is no longer ours."""
+        now = self._clock()
+        statement = (
+            update(DaemonLease)
+            .where(DaemonLease.name == self.name, DaemonLease.holder == self.holder)
+            .values(expires_at=now + self.ttl)
+        )
+        with self._writes.begin() as connection:
+            renewed = connection.execute(statement).rowcount == 1
+        self.expires_at = now + self.ttl if renewed else None
+        return renewed
+
+    def release(self) -> None:
+        """Give the lease up (if still ours) so that another daemon may start at once."""
+        statement = delete(DaemonLease).where(
+            DaemonLease.name == self.name, DaemonLease.holder == self.holder
+        )
+        with self._writes.begin() as connection:
+            connection.execute(statement)
+        self.expires_at = None
+
+    def expired(self) -> bool:
+        """True once the lease as last written has run out (e.g. renewals kept failing)."""
+        return self.expires_at is None or self.expires_at <= self._clock()
+
+    def _take(self, now: datetime, *, dead: str | None = None) -> bool:
+        free = or_(DaemonLease.holder == self.holder, DaemonLease.expires_at <= now)
+        if dead is not None:
+            free = or_(free, DaemonLease.holder == dead)
+        statement = (
+            update(DaemonLease)
+            .where(DaemonLease.name == self.name, free)
+            .values(holder=self.holder, acquired_at=now, expires_at=now + self.ttl)
+        )
+        with self._writes.begin() as connection:
+            return connection.execute(statement).rowcount == 1
+
+    def _insert(self, now: datetime) -> bool:
+        row = {
+            "name": self.name,
+            "holder": self.holder,
+            "acquired_at": now,
+            "expires_at": now + self.ttl,
+        }
+        try:
+            with self._writes.begin() as connection:
+                connection.execute(insert(DaemonLease).values(**row))
+        except IntegrityError:
+            return False
+        return True
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()

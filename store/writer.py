@@ -1,0 +1,396 @@
+"""The one writer: every change to the store, with its record, through a unit of work.
+
+``Writer.unit`` opens a transaction, writes the record, locks the namespace and yields the
+``UnitOfWork`` (``store.unit``); on leaving the block the unit finishes (operations, outbox,
+revision) and everything commits together, or nothing does. The entry points below are the
+store's writes: ingestion and restore, plan apply (job runs, approvals, records of runs that
+changed nothing), and the bookkeeping that is not content (recall statistics, the outbox).
+Undo writes through ``unit`` too (``store.undo``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, update
+
+from store.apply import apply_operation
+from store.conflicts import (
+    UPDATE_HINT,
+    OnConflict,
+    default_labels,
+    given_fields,
+    log_fields,
+    resolve_logs,
+    resolve_memories,
+)
+from store.db import session_factory, transaction
+from store.errors import IdConflict, ValidationFailed
+from store.export_lines import (
+    NAMESPACE_KINDS,
+    WHOLE_STORE_LINE,
+    in_order,
+    other_namespace,
+    parse_export,
+)
+from store.kinds import MemoryStatus
+from store.models import ConversationLog, IndexOutbox, MaintenanceRecord, Memory
+from store.operations import UPDATABLE, Operation, UpdateMemory
+from store.reads.rows import chunks
+from store.record_info import RecordInfo, Settlement
+from store.restoring import advance_ids, check_export, insert_memories, new_relations
+from store.schemas import LogIn, MemoryIn
+from store.text import content_hash
+from store.unit import UnitOfWork
+
+# A record that says nothing besides its operations (ingestion, restore, undo).
+PLAIN = RecordInfo()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddResult:
+    """What an add call did: one id per input item, in input order, and which were new."""
+
+    ids: tuple[int, ...]
+    created: tuple[int, ...]
+    record_id: int | None
+    updated: tuple[int, ...] = ()  # stored rows given an item's other content (on_conflict)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.ids) - len(self.created) - len(self.updated)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Applied:
+    record_id: int | None  # None: nothing changed and nothing asked for a record
+    created: Mapping[str, int]  # plan key -> new memory id
+    operations: int  # the operations the record holds
+
+
+class Writer:
+    """Writes of the store over one engine; every content change goes through ``unit``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._write = session_factory(engine, write=True)
+
+    @contextmanager
+    def unit(
+        self,
+        namespace: str,
+        job: str,
+        now: datetime,
+        info: RecordInfo = PLAIN,
+        *,
+        restoring: bool = False,
+    ) -> Iterator[UnitOfWork]:
+        """Open a write transaction with its record; commit both or neither (see store.unit).
+
+        ``restoring`` (undo) writes images back as they were: no version bump.
+        """
+        with transaction(self._write) as session:
+            record = MaintenanceRecord(
+                job=job,
+                namespace=namespace,
+                status=info.outcome.status.value,
+                started_at=now,
+                finished_at=now,
+                stats=dict(info.stats),
+                prompts=[],
+            )
+            session.add(record)
+            session.flush()
+            unit = UnitOfWork(session, record, now=now, restoring=restoring)
+            unit.describe(info)
+            unit.lock_namespace()
+            yield unit
+            unit.finish()
+
+    # -- plans -----------------------------------------------------------------------------------
+
+    def apply(
+        self,
+        namespace: str,
+        job: str,
+        operations: Sequence[Operation],
+        *,
+        now: datetime,
+        info: RecordInfo = PLAIN,
+        job_state: Mapping[str, Any] | None = None,
+        health: Mapping[str, Any] | None = None,
+        settle: Settlement | None = None,
+    ) -> Applied:
+        """Perform ``operations`` in order with one record; commit all or nothing.
+
+        ``job_state`` (a watermark, say) and ``health`` (how the job's runs went) are saved
+        and ``settle`` settled in the same transaction. The record's outcome is
+        ``info.outcome``; one of "applied" that changed nothing is dropped unless it settles a
+        plan (whose record then points at it). Raise NotFound if an operation names a memory
+        that is not in the namespace, or if the record to settle is not pending (checked
+        before any operation).
+        """
+        created: dict[str, int] = {}
+        with self.unit(namespace, job, now, info) as unit:
+            if settle is not None:
+                note = {**settle.note, "applied_as": unit.record.id}
+                unit.settle(replace(settle, note=note))
+                unit.keep()  # the settled record points at this one
+            for op in operations:
+                apply_operation(unit, op, created)
+            if job_state is not None:
+                unit.save_job_state(job, job_state)
+            if health is not None:
+                unit.save_job_health(job, health)
+        return Applied(
+            record_id=unit.record.id if unit.kept else None,
+            created=created,
+            operations=unit.operations,
+        )
+
+    # -- ingestion and restore -------------------------------------------------------------------
+
+    def add_memories(
+        self,
+        namespace: str,
+        items: Sequence[MemoryIn],
+        *,
+        now: datetime,
+        job: str = "ingest",
+        source: str = "api",
+        on_conflict: OnConflict = "error",
+        labels: Sequence[str] | None = None,
+    ) -> AddResult:
+        """Insert the memories that are not there yet, linked into the namespace's timeline.
+
+        An item is already there when its ``external_id`` exists in the namespace or, without
+        one, when a memory with the same content, session and (if given) timestamp exists (see
+        store.conflicts). One that is there with other content is a conflict: raise IdConflict
+        naming each such item (``labels``, by default "item N"), writing nothing, unless
+        ``on_conflict`` is "update": then the memory takes the item's fields, a change with its
+        before/after images in this batch's record (undoable).
+        """
+        labels = list(labels) if labels is not None else default_labels(len(items))
+        info = RecordInfo(stats={"items": len(items)})
+        with self.unit(namespace, job, now, info) as unit:
+            resolution = resolve_memories(unit.session, namespace, items, labels)
+            update = on_conflict == "update"
+            problems = resolution.conflicts(labels, update=update, hint=UPDATE_HINT)
+            if problems:
+                raise IdConflict(problems)
+            ids: list[int] = []
+            created: list[int] = []
+            updated: list[int] = []
+            for index, item in enumerate(items):
+                found = resolution.found.get(index)
+                if index in resolution.repeats:
+                    ids.append(ids[resolution.repeats[index]])
+                elif found is not None:
+                    if found.differs:
+                        _update_memory(unit, found.row_id, item)
+                        updated.append(found.row_id)
+                    ids.append(found.row_id)
+                else:
+                    memory = _new_memory(namespace, item, now=now, source=source)
+                    unit.add(memory)
+                    unit.link_into_timeline(memory)
+                    ids.append(memory.id)
+                    created.append(memory.id)
+            if updated:
+                unit.record.stats = {**unit.record.stats, "updated": len(updated)}
+        record_id = unit.record.id if unit.kept else None
+        return AddResult(
+            ids=tuple(ids), created=tuple(created), updated=tuple(updated), record_id=record_id
+        )
+
+    def add_logs(
+        self,
+        namespace: str,
+        items: Sequence[LogIn],
+        *,
+        now: datetime,
+        on_conflict: OnConflict = "error",
+        labels: Sequence[str] | None = None,
+    ) -> AddResult:
+        """Insert conversation log lines not seen before (by idempotency key).
+
+        A key that is there with other content is a conflict (IdConflict, nothing written)
+        unless ``on_conflict`` is "update": then the line takes the item's fields. Logs are the
+        daemon's input, not memories: they get no record (and a memory already extracted from a
+        line stays as it is).
+        """
+        labels = list(labels) if labels is not None else default_labels(len(items))
+        with transaction(self._write) as session:
+            resolution = resolve_logs(session, namespace, items, labels)
+            problems = resolution.conflicts(
+                labels, update=on_conflict == "update", hint=UPDATE_HINT
+            )
+            if problems:
+                raise IdConflict(problems)
+            ids: list[int] = []
+            created: list[int] = []
+            updated: list[int] = []
+            for index, item in enumerate(items):
+                found = resolution.found.get(index)
+                if index in resolution.repeats:
+                    ids.append(ids[resolution.repeats[index]])
+                    continue
+                if found is not None:
+                    if found.differs:
+                        log = session.get(ConversationLog, found.row_id)
+                        assert log is not None  # found in this transaction
+                        for name, value in log_fields(item).items():
+                            setattr(log, name, value)
+                        updated.append(found.row_id)
+                    ids.append(found.row_id)
+                    continue
+                log = ConversationLog(
+                    namespace=namespace,
+                    session_id=item.session_id,
+                    role=item.role,
+                    content=item.content,
+                    timestamp=item.timestamp,
+                    pair_id=item.pair_id,
+                    idempotency_key=item.key(),
+                    created_at=now,
+                )
+                session.add(log)
+                session.flush()
+                ids.append(log.id)
+                created.append(log.id)
+        return AddResult(
+            ids=tuple(ids), created=tuple(created), updated=tuple(updated), record_id=None
+        )
+
+    def restore(
+        self,
+        namespace: str,
+        images: Sequence[Mapping[str, Any]],
+        *,
+        now: datetime,
+        labels: Sequence[str] | None = None,
+    ) -> AddResult:
+        """Re-create the memories and relations of a namespace's export with their ids, as one
+        "restore" record; lines stored as they are in the export are skipped.
+
+        Raise ValidationFailed naming each bad line (``labels``, by default "item N"): a missing
+        or mistyped field, a bad timestamp, a line of another namespace or of a whole-store
+        export, a link to a memory neither in the export nor in the namespace, a relation that
+        joins two namespaces. Raise IdConflict for an id (external id, edge) that a row with
+        other content holds. Nothing is written then.
+        """
+        labels = list(labels) if labels is not None else default_labels(len(images))
+        export, problems = parse_export(
+            images, labels, kinds=NAMESPACE_KINDS, other_kinds=WHOLE_STORE_LINE
+        )
+        problems += [
+            (entry.label, other_namespace(entry.line.namespace, namespace))
+            for entry in (*export.memories, *export.relations)
+            if entry.line.namespace != namespace
+        ]
+        if problems:
+            raise ValidationFailed(in_order(problems, labels))
+        with self.unit(namespace, "restore", now) as unit:
+            checked = check_export(unit.session, export)
+            if checked.problems:
+                raise ValidationFailed(in_order(checked.problems, labels))
+            if checked.conflicts:
+                raise IdConflict(in_order(checked.conflicts, labels))
+            memories = insert_memories(unit.session, checked.new("memory", export.memories))
+            for memory in memories:
+                unit.created(memory)
+            for relation in new_relations(checked.new("relation", export.relations)):
+                unit.add(relation)
+            advance_ids(unit.session)
+        return AddResult(
+            ids=tuple(entry.line.id for entry in export.memories),
+            created=tuple(memory.id for memory in memories),
+            record_id=unit.record.id if unit.kept else None,
+        )
+
+    # -- bookkeeping that is not content ---------------------------------------------------------
+
+    def reinforce(
+        self, counts: Mapping[int, int], *, now: datetime, step: float, max_boost: float
+    ) -> None:
+        """Record recalls: bump access_count and last_accessed, nudge base_importance (bounded).
+
+        Recall statistics are not content: no version bump, no record, no index work.
+        """
+        by_count: dict[int, list[int]] = {}
+        for memory_id, count in counts.items():
+            by_count.setdefault(count, []).append(memory_id)
+        least, greatest = (
+            (func.min, func.max)
+            if self.engine.dialect.name == "sqlite"
+            else (func.least, func.greatest)
+        )
+        # Never above the cap, and never lowered by a recall if it already was above it.
+        cap = least(10.0, Memory.importance + max_boost)
+        with transaction(self._write) as session:
+            for count, ids in sorted(by_count.items()):
+                nudged = least(
+                    Memory.base_importance + step * count, greatest(cap, Memory.base_importance)
+                )
+                for chunk in chunks(ids):
+                    session.execute(
+                        update(Memory)
+                        .where(Memory.id.in_(chunk))
+                        .values(
+                            access_count=Memory.access_count + count,
+                            last_accessed=now,
+                            base_importance=nudged,
+                        )
+                        .execution_options(synchronize_session=False)
+                    )
+
+    def ack_outbox(self, ids: Sequence[int]) -> None:
+        """Remove outbox entries that the index has applied."""
+        with transaction(self._write) as session:
+            for chunk in chunks(ids):
+                session.execute(delete(IndexOutbox).where(IndexOutbox.id.in_(chunk)))
+
+
+def _new_memory(namespace: str, item: MemoryIn, *, now: datetime, source: str) -> Memory:
+    importance = item.importance if item.importance is not None else 5
+    return Memory(
+        namespace=namespace,
+        external_id=item.external_id,
+        content=item.content,
+        content_hash=content_hash(item.content),
+        type=item.type,
+        tags=list(item.tags),
+        importance=importance,
+        base_importance=float(importance),
+        access_count=0,
+        last_accessed=None,
+        event_time=item.timestamp or now,
+        created_at=now,
+        updated_at=now,
+        session_id=item.session_id,
+        status=MemoryStatus.ACTIVE.value,
+        pinned=item.pinned,
+        source=source,
+        metadata_=dict(item.metadata),
+        version=1,
+    )
+
+
+def _update_memory(unit: UnitOfWork, memory_id: int, item: MemoryIn) -> None:
+    """Give a stored memory the fields an item gives (a conflict resolved as an update)."""
+    fields = given_fields(item)
+    changes = {name: value for name, value in fields.items() if name in UPDATABLE}
+    if "tags" in changes:
+        changes["tags"] = list(item.tags)
+    if "timestamp" in fields:
+        changes["event_time"] = fields["timestamp"]
+    # content is always among them, so the memory is touched (its before image taken) here
+    apply_operation(unit, UpdateMemory(memory_id=memory_id, changes=changes), {})
+    memory = unit.memory(memory_id)
+    for name in ("session_id", "pinned"):
+        if name in fields:
+            setattr(memory, name, fields[name])

@@ -1,0 +1,247 @@
+"""`secretary mcp` through the MCP SDK's own client: over stdio (the command as a subprocess,
+a store in tmp_path) and over streamable HTTP (the app on 127.0.0.1, two keys)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from click.testing import CliRunner
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from secretary.cli import cli
+from secretary.config import Settings
+from secretary.mcp_server.app import http_app
+from store.clock import utc_now
+from store.service import Store
+from store.settings import ApiKey, ApiSettings
+from tests.helpers.fake_embedder import FakeEmbedder
+from tests.helpers.live_server import live_server
+
+KEY_A = "key-a-0123456789"
+KEY_B = "key-b-0123456789"
+KEYS = (
+    ApiKey(key=KEY_A, namespaces=("a",), name="agent a"),
+    ApiKey(key=KEY_B, namespaces=("b",), name="agent b"),
+)
+TOOLS = {
+    "search_memories",
+    "add_memory",
+    "get_memory",
+    "list_memories",
+    "update_memory",
+    "delete_memory",
+    "forget_memories",
+    "list_namespaces",
+}
+CONFIG = """\
+[[api.keys]]
+key = "key-a-0123456789"
+namespaces = ["a"]
+name = "agent a"
+
+[[api.keys]]
+key = "key-b-0123456789"
+namespaces = ["b"]
+"""
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    """The structured answer of a call that succeeded."""
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def refused(result: CallToolResult) -> str:
+    """The message of a call that came back as a tool error."""
+    assert result.is_error
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+async def tour(client: Client, others_memory: int) -> None:
+    """Every tool once, as key A, against a store where ``others_memory`` is key B's."""
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description
+        assert tool.input_schema["type"] == "object"
+    assert tools["forget_memories"].input_schema["properties"]["confirm"]["default"] is False
+    assert "breakdown" in json.dumps(tools["search_memories"].output_schema)
+
+    cat = ok(
+        await client.call_tool(
+            "add_memory",
+            {"content": "Maya adopted a cat named Pepper", "tags": ["pets"], "importance": 7},
+        )
+    )
+    assert (cat["namespace"], cat["version"], cat["tags"]) == ("a", 1, ["pets"])
+    tea = ok(await client.call_tool("add_memory", {"content": "Maya likes green tea"}))
+
+    found = ok(await client.call_tool("search_memories", {"query": "what is the cat called?"}))
+    hit = found["hits"][0]
+    assert hit["id"] == cat["id"]
+    assert set(hit["breakdown"]) >= {"relevance", "importance", "recency", "activation"}
+    assert hit["breakdown"]["score"] == pytest.approx(hit["score"])
+
+    assert ok(await client.call_tool("get_memory", {"memory_id": tea["id"]}))["content"] == (
+        "Maya likes green tea"
+    )
+    first = ok(await client.call_tool("list_memories", {"limit": 1}))
+    assert [m["id"] for m in first["memories"]] == [cat["id"]]
+    second = ok(await client.call_tool("list_memories", {"cursor": first["next_cursor"]}))
+    assert [m["id"] for m in second["memories"]] == [tea["id"]]
+    assert second["next_cursor"] is None
+
+    edited = ok(
+        await client.call_tool(
+            "update_memory",
+            {"memory_id": tea["id"], "version": 1, "content": "Maya likes black tea"},
+        )
+    )
+    assert (edited["memory"]["version"], edited["memory"]["content"]) == (2, "Maya likes black tea")
+    stale = refused(
+        await client.call_tool(
+            "update_memory", {"memory_id": tea["id"], "version": 1, "pinned": True}
+        )
+    )
+    assert "409" in stale
+    assert "now at version 2" in stale
+    invalid = refused(await client.call_tool("add_memory", {"content": "x", "type": "Not A Type"}))
+    assert "422" in invalid
+    assert "type" in invalid
+
+    deleted = ok(await client.call_tool("delete_memory", {"memory_id": tea["id"], "version": 2}))
+    assert deleted["status"] == "deleted"
+    assert ok(await client.call_tool("get_memory", {"memory_id": tea["id"]}))["status"] == (
+        "deleted"
+    )
+
+    dry = ok(await client.call_tool("forget_memories", {"ids": [cat["id"]]}))
+    assert dry["dry_run"] is True
+    assert [m["id"] for m in dry["memories"]] == [cat["id"]]
+    assert ok(await client.call_tool("get_memory", {"memory_id": cat["id"]}))["status"] == "active"
+    done = ok(await client.call_tool("forget_memories", {"ids": [cat["id"]], "confirm": True}))
+    assert done["dry_run"] is False
+    assert done["record_id"] is not None
+    assert "404" in refused(await client.call_tool("get_memory", {"memory_id": cat["id"]}))
+
+    # Another namespace's memory does not exist for this key, whatever the tool.
+    for name, arguments in (
+        ("get_memory", {"memory_id": others_memory}),
+        ("get_memory", {"memory_id": others_memory, "namespace": "b"}),
+        ("update_memory", {"memory_id": others_memory, "content": "mine"}),
+        ("delete_memory", {"memory_id": others_memory}),
+        ("forget_memories", {"ids": [others_memory], "confirm": True}),
+    ):
+        assert "does not exist" in refused(await client.call_tool(name, arguments)), name
+    searched = ok(await client.call_tool("search_memories", {"query": "bike"}))
+    assert others_memory not in [h["id"] for h in searched["hits"]]
+    listed = ok(await client.call_tool("list_namespaces", {}))["result"]
+    assert [n["namespace"] for n in listed] == ["a"]
+
+
+def open_store(data_dir: Path, **kwargs: Any) -> Store:
+    settings = Settings(data_dir=data_dir, api=ApiSettings(keys=KEYS))
+    return Store.open(settings, create=True, **kwargs)
+
+
+def bikes(store: Store) -> int:
+    """Key B's memory: what key A must not see."""
+    added = store.add_memories("b", [{"content": "Maya's brother bought a bike"}], now=utc_now())
+    return added.ids[0]
+
+
+# -- stdio -------------------------------------------------------------------------------------
+
+
+def test_mcp_over_stdio_every_tool_within_the_keys_namespace(tmp_path: Path) -> None:
+    config = tmp_path / "secretary.toml"
+    config.write_text(CONFIG)
+    store = open_store(tmp_path / "data", embedder=FakeEmbedder())
+    try:
+        others = bikes(store)
+    finally:
+        store.close()
+    command = Path(sys.executable).with_name("secretary")
+    server = StdioServerParameters(
+        command=str(command),
+        args=["mcp"],
+        env={
+            "SECRETARY_CONFIG": str(config),
+            "SECRETARY_DATA_DIR": str(tmp_path / "data"),
+            "SECRETARY_API_KEY": KEY_A,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "PATH": os.environ.get("PATH", ""),
+        },
+    )
+
+    async def run() -> None:
+        async with Client(server, read_timeout_seconds=60) as client:
+            await tour(client, others)
+
+    asyncio.run(run())
+
+
+def test_mcp_command_refuses_a_missing_or_wrong_key(tmp_path: Path) -> None:
+    config = tmp_path / "secretary.toml"
+    config.write_text(CONFIG)
+    runner = CliRunner()
+    base = ["--config", str(config), "--data-dir", str(tmp_path), "mcp"]
+    env = {"SECRETARY_API_KEY": ""}
+    for args, said in (
+        ([], "this store has API keys"),
+        (["--api-key", "nope-nope-nope"], "invalid API key"),
+        (["--api-key", KEY_A, "--namespace", "b"], "may not use namespace 'b'"),
+        (["--http", "127.0.0.1:8766", "--api-key", KEY_A], "each request brings its own key"),
+        (["--http", "nowhere"], "expected HOST:PORT"),
+    ):
+        result = runner.invoke(cli, base + args, env=env)
+        assert result.exit_code == 2, result.output
+        assert said in result.output
+
+
+# -- streamable HTTP ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def http_store(tmp_path: Path) -> Iterator[Store]:
+    store = open_store(tmp_path, embedder=FakeEmbedder())
+    yield store
+    store.close()
+
+
+@asynccontextmanager
+async def over_http(url: str, key: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"})
+    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+        yield client
+
+
+def test_mcp_over_http_every_tool_and_each_request_its_own_key(http_store: Store) -> None:
+    others = bikes(http_store)
+
+    async def run(url: str) -> None:
+        async with over_http(url, KEY_A) as client_a, over_http(url, KEY_B) as client_b:
+            await tour(client_a, others)
+            mine = ok(await client_b.call_tool("get_memory", {"memory_id": others}))
+            assert mine["namespace"] == "b"
+            found = ok(await client_b.call_tool("search_memories", {"query": "Maya"}))
+            assert [hit["id"] for hit in found["hits"]] == [others]
+
+    with live_server(http_app(http_store)) as url:
+        asyncio.run(run(url))
+        no_key = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert no_key.status_code == 401
+        assert no_key.json()["error"]["problems"][0]["where"] == "header.authorization"

@@ -1,0 +1,201 @@
+"""PATCH and DELETE /v1/memories/{id}, POST /v1/forget over a real store, with keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from store.api.app import create_app
+from store.service import Store
+from tests.store.test_api import KEY_AB, A, B, auth, open_store
+
+AB = auth(KEY_AB)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = open_store(tmp_path)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def client(store: Store) -> Iterator[TestClient]:
+    with TestClient(create_app(store, start_workers=False)) as test_client:
+        yield test_client
+
+
+def add(client: TestClient, content: str, headers: dict[str, str] = A, **fields: Any) -> int:
+    response = client.post("/v1/memories", json={"content": content, **fields}, headers=headers)
+    assert response.status_code == 201, response.text
+    return int(response.json()["ids"][0])
+
+
+def get(client: TestClient, memory_id: int, headers: dict[str, str] = A) -> dict[str, Any]:
+    response = client.get(f"/v1/memories/{memory_id}", headers=headers)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def problems(response: Any) -> list[str]:
+    return [p["where"] for p in response.json()["error"]["problems"]]
+
+
+def test_patch_edits_in_a_record_that_undo_reverses(client: TestClient) -> None:
+    memory_id = add(client, "likes green tea", tags=["drinks"])
+    assert client.get(f"/v1/memories/{memory_id}", headers=A).headers["ETag"] == '"1"'
+    response = client.patch(
+        f"/v1/memories/{memory_id}",
+        json={"content": "likes black tea", "importance": 9, "pinned": True},
+        headers={**A, "If-Match": '"1"'},
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert response.headers["ETag"] == '"2"'
+    assert body["memory"]["content"] == "likes black tea"
+    assert (body["memory"]["version"], body["memory"]["pinned"]) == (2, True)
+    assert body["memory"]["tags"] == ["drinks"]  # what the edit did not name stays
+    history = client.get(f"/v1/memories/{memory_id}/history", headers=A).json()["records"]
+    assert [r["job"] for r in history] == ["ingest", "edit"]
+
+    undone = client.post(f"/v1/records/{body['record_id']}/undo", headers=A)
+    assert undone.status_code == 200, undone.text
+    memory = get(client, memory_id)
+    assert (memory["content"], memory["importance"], memory["pinned"]) == (
+        "likes green tea",
+        5,
+        False,
+    )
+
+
+def test_patch_with_a_stale_version_is_409_and_changes_nothing(client: TestClient) -> None:
+    memory_id = add(client, "likes green tea")
+    first = client.patch(
+        f"/v1/memories/{memory_id}", json={"content": "likes tea"}, headers={**A, "If-Match": "1"}
+    )
+    assert first.status_code == 200
+    stale = client.patch(
+        f"/v1/memories/{memory_id}",
+        json={"content": "likes coffee"},
+        headers={**A, "If-Match": '"1"'},
+    )
+    assert stale.status_code == 409
+    assert problems(stale) == ["header.if-match"]
+    assert get(client, memory_id)["content"] == "likes tea"
+    deleted = client.delete(f"/v1/memories/{memory_id}", headers={**A, "If-Match": 'W/"1"'})
+    assert deleted.status_code == 409
+    assert get(client, memory_id)["status"] == "active"
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ({}, "body"),
+        ({"status": "archived"}, "body.status"),
+        ({"importance": 11}, "body.importance"),
+        ({"pinned": 0}, "body.pinned"),
+        ({"event_time": 0}, "body.event_time"),
+        ({"content": "   "}, "body.content"),
+        ({"content": "x" * 9000}, "body"),
+    ],
+)
+def test_patch_refuses_bad_bodies_and_writes_nothing(
+    client: TestClient, body: dict[str, Any], where: str
+) -> None:
+    memory_id = add(client, "likes green tea")
+    response = client.patch(f"/v1/memories/{memory_id}", json=body, headers=A)
+    assert response.status_code == 422, response.text
+    assert where in problems(response)
+    assert get(client, memory_id)["version"] == 1
+
+
+def test_patch_refuses_a_bad_if_match(client: TestClient) -> None:
+    memory_id = add(client, "likes green tea")
+    response = client.patch(
+        f"/v1/memories/{memory_id}", json={"content": "x"}, headers={**A, "If-Match": "soon"}
+    )
+    assert response.status_code == 422
+    assert problems(response) == ["header.if-match"]
+
+
+def test_delete_is_a_tombstone_out_of_search_and_undoable(client: TestClient) -> None:
+    memory_id = add(client, "the spare key is under the heron statue")
+    response = client.delete(f"/v1/memories/{memory_id}", headers=A)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "deleted"
+    assert get(client, memory_id)["status"] == "deleted"
+    found = client.get("/v1/search", params={"q": "spare key heron"}, headers=A).json()["hits"]
+    assert memory_id not in [hit["id"] for hit in found]
+    again = client.delete(f"/v1/memories/{memory_id}", headers=A)
+    assert again.status_code == 409
+
+    undone = client.post(f"/v1/records/{response.json()['record_id']}/undo", headers=A)
+    assert undone.status_code == 200
+    assert get(client, memory_id)["status"] == "active"
+
+
+def test_another_namespaces_memory_is_404_for_edit_delete_and_forget(client: TestClient) -> None:
+    theirs = add(client, "belongs to b", headers=B)
+    assert (
+        client.patch(f"/v1/memories/{theirs}", json={"content": "x"}, headers=A).status_code == 404
+    )
+    assert client.delete(f"/v1/memories/{theirs}", headers=A).status_code == 404
+    forgot = client.post("/v1/forget", json={"ids": [theirs]}, headers=A)
+    assert forgot.status_code == 404
+    # Naming b's namespace with a's key is not allowed either; for a memory it looks missing.
+    named = client.delete(f"/v1/memories/{theirs}", params={"namespace": "b"}, headers=A)
+    assert named.status_code == 404
+    assert client.post("/v1/forget?namespace=b", json={"all": True}, headers=A).status_code == 403
+    (their_record,) = [r["id"] for r in client.get("/v1/records", headers=B).json()["records"]]
+    assert client.post(f"/v1/records/{their_record}/undo", headers=A).status_code == 404
+    assert get(client, theirs, headers=B)["content"] == "belongs to b"
+
+
+def test_a_key_with_several_namespaces_must_name_one(client: TestClient) -> None:
+    memory_id = add(client, "in a")
+    response = client.delete(f"/v1/memories/{memory_id}", headers=AB)
+    assert response.status_code == 422
+    assert client.post("/v1/forget", json={"all": True}, headers=AB).status_code == 422
+    named = client.delete(f"/v1/memories/{memory_id}", params={"namespace": "a"}, headers=AB)
+    assert named.status_code == 200
+
+
+def test_forget_dry_run_then_for_real(client: TestClient) -> None:
+    keep = add(client, "walked the dog")
+    secret = add(client, "the safe code is 4711", external_id="safe", tags=["private"])
+    dry = client.post("/v1/forget", json={"external_ids": ["safe"], "dry_run": True}, headers=A)
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["record_id"] is None
+    assert [m["id"] for m in dry.json()["memories"]] == [secret]
+    assert get(client, secret)["content"] == "the safe code is 4711"
+
+    done = client.post("/v1/forget", json={"filter": {"tags": ["private"]}}, headers=A)
+    assert done.status_code == 200, done.text
+    record_id = done.json()["record_id"]
+    assert [m["why"] for m in done.json()["memories"]] == ["asked"]
+    assert client.get(f"/v1/memories/{secret}", headers=A).status_code == 404
+    found = client.get("/v1/search", params={"q": "safe code"}, headers=A).json()["hits"]
+    assert secret not in [hit["id"] for hit in found]
+    diff = client.get(f"/v1/records/{record_id}", headers=A).json()
+    assert "4711" not in str(diff)
+    refused = client.post(f"/v1/records/{record_id}/undo", headers=A)
+    assert refused.status_code == 409
+    assert "forget" in refused.json()["error"]["message"]
+    assert get(client, keep)["status"] == "active"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"filter": {}}, {"ids": [0]}, {"all": 1}, {"everything": True}, {"filter": {"x": 1}}],
+)
+def test_forget_refuses_what_names_nothing_or_is_malformed(
+    client: TestClient, body: dict[str, Any]
+) -> None:
+    memory_id = add(client, "stays")
+    response = client.post("/v1/forget", json=body, headers=A)
+    assert response.status_code == 422, response.text
+    assert get(client, memory_id)["content"] == "stays"

@@ -1,0 +1,44 @@
+"""store.bm25 builds bit for bit the matrix bm25s builds, and scores queries as bm25s does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bm25s import BM25
+from bm25s.tokenization import Tokenized
+
+from store import bm25
+
+
+def _zipf_corpus(seed: int, docs: int, vocab: int) -> tuple[list[list[int]], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    weights = 1 / np.arange(1, vocab + 1) ** 1.1
+    weights /= weights.sum()
+    lengths = rng.integers(0, 30, size=docs)  # some documents have no token at all
+    corpus = [rng.choice(vocab, size=n, p=weights).tolist() for n in lengths]
+    return corpus, lengths
+
+
+@pytest.mark.parametrize(("seed", "k1", "b"), [(0, 1.5, 0.75), (1, 1.2, 0.3), (2, 0.9, 1.0)])
+def test_build_equals_bm25s_bit_for_bit(seed: int, k1: float, b: float) -> None:
+    corpus, lengths = _zipf_corpus(seed, docs=3000, vocab=4000)
+    reference = BM25(k1=k1, b=b, method="lucene")
+    vocab = {str(term): term for term in range(4000)}
+    reference.index(
+        Tokenized(ids=corpus, vocab=vocab), create_empty_token=False, show_progress=False
+    )
+
+    flat = np.array([term for doc in corpus for term in doc], dtype=np.int32)
+    ours = bm25.build(flat, lengths.astype(np.int64), n_terms=4000, k1=k1, b=b)
+
+    assert np.array_equal(ours.data, reference.scores["data"])
+    assert np.array_equal(ours.indices, reference.scores["indices"])
+    assert np.array_equal(ours.indptr, reference.scores["indptr"])
+    for query in ([0], [1, 2, 3], [3999, 17, 0, 250], []):
+        assert np.array_equal(bm25.score(ours, query), reference.get_scores_from_ids(query))
+
+
+def test_build_no_tokens_gives_empty_columns() -> None:
+    postings = bm25.build(np.zeros(0, np.int32), np.zeros(3, np.int64), n_terms=2, k1=1.5, b=0.75)
+    assert postings.indptr.tolist() == [0, 0, 0]
+    assert bm25.score(postings, [0, 1]).tolist() == [0.0, 0.0, 0.0]

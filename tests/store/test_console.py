@@ -1,0 +1,426 @@
+"""The web console without a browser: login and its cookie, CSRF, namespaces (404 for another's
+pages and forms), and that its actions write what the API's do (TestClient)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from secretary.config import Settings
+from store.api.app import create_app
+from store.api.console.pages_runs import since_time
+from store.api.console.session import COOKIE
+from store.operations import CreateMemory, CreateRelation, Operation, UpdateMemory
+from store.service import Store
+from store.settings import ApiKey, ApiSettings
+from tests.helpers.fake_embedder import FakeEmbedder
+
+NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
+KEY_A = "key-a-0123456789"
+KEY_B = "key-b-0123456789"
+KEYS = (
+    ApiKey(key=KEY_A, namespaces=("a",), name="agent a"),
+    ApiKey(key=KEY_B, namespaces=("b",), name="agent b"),
+)
+
+
+def open_store(data_dir: Path, keys: tuple[ApiKey, ...] = ()) -> Store:
+    settings = Settings(data_dir=data_dir, api=ApiSettings(keys=keys))
+    store = Store.open(settings, create=True, embedder=FakeEmbedder())
+    for ns in ("a", "b"):
+        store.add_memories(
+            ns,
+            [{"content": f"{ns}: I like tea"}, {"content": f"{ns}: hiking in the Alps"}],
+            now=NOW,
+        )
+    return store
+
+
+@pytest.fixture
+def keyed(tmp_path: Path) -> Iterator[Store]:
+    store = open_store(tmp_path / "keyed", KEYS)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def open_(tmp_path: Path) -> Iterator[Store]:
+    store = open_store(tmp_path / "open")
+    yield store
+    store.close()
+
+
+def client(store: Store) -> TestClient:
+    return TestClient(create_app(store, clock=lambda: NOW, start_workers=False))
+
+
+def csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def login(web: TestClient, key: str) -> str:
+    """Log in with ``key``; return the session's CSRF token."""
+    token = csrf(web.get("/ui/login").text)
+    response = web.post("/ui/login", data={"csrf": token, "key": key}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    return csrf(web.get("/ui/overnight").text)
+
+
+def memory_id(store: Store, ns: str, content: str) -> int:
+    (found,) = [m for m in store.db.memories.many(ns, range(1, 100)) if m.content == content]
+    return found.id
+
+
+def test_console_keyed_without_login_sends_to_login(keyed: Store) -> None:
+    with client(keyed) as web:
+        response = web.get("/ui/overnight", follow_redirects=False)
+    assert (response.status_code, response.headers["location"]) == (303, "/ui/login")
+
+
+def test_console_login_unknown_key_is_refused(keyed: Store) -> None:
+    with client(keyed) as web:
+        token = csrf(web.get("/ui/login").text)
+        response = web.post("/ui/login", data={"csrf": token, "key": "wrong-key-123"})
+        after = web.get("/ui/overnight", follow_redirects=False)
+    assert response.status_code == 401
+    assert "unknown key" in response.text
+    assert after.status_code == 303
+
+
+def test_console_login_cookie_is_httponly_strict_and_holds_no_key(keyed: Store) -> None:
+    with client(keyed) as web:
+        token = csrf(web.get("/ui/login").text)
+        response = web.post("/ui/login", data={"csrf": token, "key": KEY_A}, follow_redirects=False)
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}=")
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie or "samesite=strict" in cookie.lower()
+    assert KEY_A not in cookie
+    assert KEY_A not in response.headers["location"]
+
+
+def test_console_login_without_csrf_is_refused(keyed: Store) -> None:
+    with client(keyed) as web:
+        web.get("/ui/login")
+        response = web.post("/ui/login", data={"key": KEY_A})
+        after = web.get("/ui/overnight", follow_redirects=False)
+    assert response.status_code == 403
+    assert after.status_code == 303
+
+
+def test_console_scoped_key_sees_only_its_namespace(keyed: Store) -> None:
+    b_tea = memory_id(keyed, "b", "b: I like tea")
+    (b_ingest,) = keyed.db.records.find(namespaces=["b"])
+    with client(keyed) as web:
+        login(web, KEY_A)
+        overnight = web.get("/ui/overnight?every=1").text
+        listing = web.get("/ui/memories").text
+        pages = [
+            web.get(f"/ui/memories/b/{b_tea}"),
+            web.get(f"/ui/memories/b/{b_tea}/forget"),
+            web.get("/ui/memories?namespace=b"),
+            web.get(f"/ui/runs/{b_ingest.id}"),
+            web.get(f"/ui/runs/{b_ingest.id}/undo"),
+        ]
+    assert "a: I like tea" not in overnight  # (runs are listed, not memories)
+    assert f"#{b_ingest.id}<" not in overnight
+    assert "a: I like tea" in listing
+    assert "b: I like tea" not in listing
+    assert [page.status_code for page in pages] == [404] * 5
+    assert all("b: I like tea" not in page.text for page in pages)
+
+
+def test_console_scoped_key_cannot_act_on_another_namespace(keyed: Store) -> None:
+    b_tea = memory_id(keyed, "b", "b: I like tea")
+    (b_ingest,) = keyed.db.records.find(namespaces=["b"])
+    before = list(keyed.db.memories.export("b"))
+    with client(keyed) as web:
+        token = login(web, KEY_A)
+        posts = [
+            web.post(f"/ui/memories/b/{b_tea}/edit", data={"csrf": token, "content": "mine"}),
+            web.post(f"/ui/memories/b/{b_tea}/delete", data={"csrf": token}),
+            web.post(
+                f"/ui/memories/b/{b_tea}/forget",
+                data={"csrf": token, "confirm": "irreversible"},
+            ),
+            web.post(f"/ui/runs/{b_ingest.id}/undo", data={"csrf": token, "force": "yes"}),
+            web.post(f"/ui/plans/{b_ingest.id}/approve", data={"csrf": token}),
+        ]
+    assert [post.status_code for post in posts] == [404] * 5
+    assert list(keyed.db.memories.export("b")) == before
+
+
+def test_console_post_without_csrf_changes_nothing(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    (ingest,) = open_.db.records.find(namespaces=["a"])
+    before = list(open_.db.memories.export("a"))
+    with client(open_) as web:
+        web.get("/ui/overnight")
+        posts = [
+            web.post(f"/ui/memories/a/{tea}/edit", data={"content": "changed"}),
+            web.post(f"/ui/memories/a/{tea}/delete", data={"csrf": "forged"}),
+            web.post(f"/ui/memories/a/{tea}/forget", data={"confirm": "irreversible"}),
+            web.post(f"/ui/runs/{ingest.id}/undo", data={}),
+        ]
+    assert [post.status_code for post in posts] == [403] * 4
+    assert list(open_.db.memories.export("a")) == before
+    assert len(open_.db.records.find()) == 2  # the two ingests, nothing more
+
+
+def test_console_token_of_another_session_is_refused(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    with client(open_) as one, client(open_) as other:
+        theirs = csrf(one.get(f"/ui/memories/a/{tea}").text)
+        other.get("/ui/overnight")
+        response = other.post(f"/ui/memories/a/{tea}/edit", data={"csrf": theirs, "content": "x"})
+    assert response.status_code == 403
+    assert open_.db.memories.get("a", tea).content == "a: I like tea"  # type: ignore[union-attr]
+
+
+def test_console_forged_cookie_is_a_new_session(keyed: Store) -> None:
+    with client(keyed) as web:
+        login(web, KEY_A)
+        value = web.cookies[COOKIE]
+        web.cookies.clear()
+        web.cookies.set(COOKIE, value[:-4] + ("0000" if not value.endswith("0000") else "1111"))
+        response = web.get("/ui/overnight", follow_redirects=False)
+    assert response.status_code == 303
+
+
+def test_console_logout_ends_the_session(keyed: Store) -> None:
+    with client(keyed) as web:
+        token = login(web, KEY_A)
+        web.post("/ui/logout", data={"csrf": token})
+        response = web.get("/ui/overnight", follow_redirects=False)
+    assert response.status_code == 303
+
+
+def test_console_edit_writes_an_undoable_edit_record(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    with client(open_) as web:
+        token = csrf(web.get(f"/ui/memories/a/{tea}").text)
+        response = web.post(
+            f"/ui/memories/a/{tea}/edit",
+            data={"csrf": token, "content": "a: I like green tea", "version": "1"},
+            follow_redirects=False,
+        )
+        page = web.get(response.headers["location"]).text
+    assert response.status_code == 303
+    memory = open_.db.memories.get("a", tea)
+    assert memory is not None
+    assert memory.content == "a: I like green tea"
+    (record,) = open_.db.records.find(job="edit")
+    assert record.stats["by"] == "console:open"
+    assert f"record #{record.id}" in page
+
+
+def test_console_edit_of_a_stale_version_is_refused(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    open_.edit("a", tea, {"content": "a: I like coffee"}, now=NOW)
+    with client(open_) as web:
+        token = csrf(web.get(f"/ui/memories/a/{tea}").text)
+        response = web.post(
+            f"/ui/memories/a/{tea}/edit",
+            data={"csrf": token, "content": "a: I like green tea", "version": "1"},
+        )
+    assert response.status_code == 409
+    assert open_.db.memories.get("a", tea).content == "a: I like coffee"  # type: ignore[union-attr]
+
+
+def test_console_delete_then_undo_from_its_run_page(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    before = list(open_.db.memories.export("a"))
+    with client(open_) as web:
+        token = csrf(web.get(f"/ui/memories/a/{tea}").text)
+        web.post(f"/ui/memories/a/{tea}/delete", data={"csrf": token, "version": "1"})
+        (deleted,) = open_.db.records.find(job="delete")
+        preview = web.get(f"/ui/runs/{deleted.id}/undo")
+        undone = web.post(
+            f"/ui/runs/{deleted.id}/undo", data={"csrf": token}, follow_redirects=False
+        )
+    assert "Dry run: nothing has been written yet" in preview.text
+    assert undone.status_code == 303
+    assert list(open_.db.memories.export("a")) == before
+
+
+def test_console_undo_with_conflicts_needs_force(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    open_.edit("a", tea, {"content": "a: I like coffee"}, now=NOW)
+    (edited,) = open_.db.records.find(job="edit")
+    open_.edit("a", tea, {"content": "a: I like cocoa"}, now=NOW)
+    with client(open_) as web:
+        token = csrf(web.get(f"/ui/memories/a/{tea}").text)
+        preview = web.get(f"/ui/runs/{edited.id}/undo").text
+        refused = web.post(f"/ui/runs/{edited.id}/undo", data={"csrf": token})
+    assert "Conflicts (1)" in preview
+    assert refused.status_code == 409
+    assert open_.db.memories.get("a", tea).content == "a: I like cocoa"  # type: ignore[union-attr]
+
+
+def test_console_forget_asks_twice(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    with client(open_) as web:
+        token = csrf(web.get(f"/ui/memories/a/{tea}").text)
+        first = web.get(f"/ui/memories/a/{tea}/forget")
+        unconfirmed = web.post(
+            f"/ui/memories/a/{tea}/forget", data={"csrf": token}, follow_redirects=False
+        )
+        still = open_.db.memories.get("a", tea)
+        confirmed = web.post(
+            f"/ui/memories/a/{tea}/forget",
+            data={"csrf": token, "confirm": "irreversible"},
+            follow_redirects=False,
+        )
+        gone = web.get(f"/ui/memories/a/{tea}")
+    assert "cannot be undone" in first.text
+    assert unconfirmed.headers["location"].endswith("/forget")
+    assert still is not None
+    assert confirmed.status_code == 303
+    assert open_.db.memories.get("a", tea) is None
+    assert gone.status_code == 404
+
+
+def test_console_open_api_pages_render(open_: Store) -> None:
+    with client(open_) as web:
+        pages = {
+            url: web.get(url)
+            for url in (
+                "/ui/overnight?every=1",
+                "/ui/runs/1",
+                "/ui/plans",
+                "/ui/memories?namespace=a",
+                "/ui/memories?namespace=a&q=tea",
+                "/ui/status",
+                "/ui/static/console.css",
+            )
+        }
+    assert {url: r.status_code for url, r in pages.items()} == dict.fromkeys(pages, 200)
+    assert 'class="bar"' in pages["/ui/memories?namespace=a&q=tea"].text
+    assert "no-store" in pages["/ui/status"].headers["cache-control"]
+
+
+def test_console_does_not_change_the_api(open_: Store) -> None:
+    with client(open_) as web:
+        response = web.get("/v1/memories/1?namespace=a")
+    assert response.status_code == 200
+    assert COOKIE not in response.headers.get("set-cookie", "")
+
+
+def test_console_malformed_address_is_a_404_page(open_: Store) -> None:
+    with client(open_) as web:
+        response = web.get("/ui/runs/not-a-number")
+    assert response.status_code == 404
+    assert "text/html" in response.headers["content-type"]
+
+
+def test_console_run_page_tells_updates_relations_and_traits(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    alps = memory_id(open_, "a", "a: hiking in the Alps")
+    operations: list[Operation] = [
+        UpdateMemory(memory_id=tea, changes={"content": "a: I like green tea"}),
+        CreateRelation(source=tea, target=alps, type="thematic", strength=0.5),
+        CreateMemory(key="t", content="a: loves the outdoors", type="preference", event_time=NOW),
+        CreateRelation(source="t", target=alps, type="derived_from", strength=1.0),
+    ]
+    applied = open_.db.writer.apply("a", "soul_mapper", operations, now=NOW)
+    with client(open_) as web:
+        page = web.get(f"/ui/runs/{applied.record_id}").text
+    updated = page.split('kind-updated">')[1].split('<div class="entry ')[0]
+    assert "a: I like tea" in updated.split('class="to"')[0]  # before, on the left
+    assert "a: I like green tea" in updated.split('class="to"')[1]  # after, on the right
+    relation = page.split('kind-relations_created">')[1].split('<div class="entry ')[0]
+    assert "a: I like green tea" in relation
+    assert "a: hiking in the Alps" in relation
+    trait = page.split('kind-trait">')[1]
+    assert "a: loves the outdoors" in trait
+    assert "a: hiking in the Alps" in trait.split('class="evidence"')[1]
+
+
+def test_console_refuses_a_large_form_before_reading_it(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    with client(open_) as web:
+        token = csrf(web.get(f"/ui/memories/a/{tea}").text)
+        response = web.post(
+            f"/ui/memories/a/{tea}/edit", data={"csrf": token, "content": "x" * 300_000}
+        )
+    assert response.status_code == 413
+    assert open_.db.memories.get("a", tea).content == "a: I like tea"  # type: ignore[union-attr]
+
+
+def test_console_escapes_what_memories_say(open_: Store) -> None:
+    open_.add_memories("a", [{"content": "<script>alert('x')</script>"}], now=NOW)
+    with client(open_) as web:
+        page = web.get("/ui/memories?namespace=a").text
+    assert "<script>alert" not in page
+    assert "&lt;script&gt;alert" in page
+
+
+def test_console_shows_only_messages_it_sealed_for_this_session(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    with client(open_) as web:
+        token = csrf(web.get(f"/ui/memories/a/{tea}").text)
+        done = web.post(
+            f"/ui/memories/a/{tea}/edit",
+            data={"csrf": token, "content": "a: I like green tea"},
+            follow_redirects=False,
+        )
+        sealed = web.get(done.headers["location"]).text
+        forged = web.get(f"/ui/memories/a/{tea}?said=plan+approved&seal=0000").text
+    with client(open_) as other:
+        elsewhere = other.get(done.headers["location"]).text
+    assert "saved as record #" in sealed
+    assert "plan approved" not in forged
+    assert "saved as record #" not in elsewhere
+
+
+def test_console_edit_moves_event_time_and_sets_metadata(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    with client(open_) as web:
+        token = csrf(web.get(f"/ui/memories/a/{tea}").text)
+        bad = web.post(f"/ui/memories/a/{tea}/edit", data={"csrf": token, "metadata": "[1, 2]"})
+        good = web.post(
+            f"/ui/memories/a/{tea}/edit",
+            data={
+                "csrf": token,
+                "event_time": "2026-11-01T09:30:00+00:00",
+                "metadata": '{"mood": "calm"}',
+            },
+        )
+    assert bad.status_code == 422
+    assert "must be a JSON object" in bad.text
+    assert good.status_code == 200
+    memory = open_.db.memories.get("a", tea)
+    assert memory is not None
+    assert memory.event_time == datetime(2026, 11, 1, 9, 30, tzinfo=UTC)
+    assert dict(memory.metadata) == {"mood": "calm"}
+    assert len(open_.db.records.find(job="edit")) == 1  # the refused one wrote nothing
+
+
+def test_console_overnight_reads_its_time_as_utc_unless_it_says_otherwise() -> None:
+    assert since_time("2026-11-23T18:21", NOW) == datetime(2026, 11, 23, 18, 21, tzinfo=UTC)
+    assert since_time("2026-11-23T18:21-05:00", NOW) == datetime(2026, 11, 23, 23, 21, tzinfo=UTC)
+    assert since_time("yesterday", NOW) == datetime(2026, 11, 23, 6, 0, tzinfo=UTC)
+    assert since_time(None, NOW) == datetime(2026, 11, 23, 6, 0, tzinfo=UTC)
+
+
+def test_console_admin_key_sees_every_namespace(tmp_path: Path) -> None:
+    admin = "key-admin-0123456789"
+    store = open_store(tmp_path / "admin", (*KEYS, ApiKey(key=admin, namespaces=("*",))))
+    try:
+        b_tea = memory_id(store, "b", "b: I like tea")
+        with client(store) as web:
+            login(web, admin)
+            page = web.get(f"/ui/memories/b/{b_tea}")
+            listing = web.get("/ui/memories?namespace=a").text
+        assert page.status_code == 200
+        assert "b: I like tea" in page.text
+        assert "a: I like tea" in listing
+    finally:
+        store.close()

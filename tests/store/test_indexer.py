@@ -1,0 +1,53 @@
+"""The indexer: one process writes the vector index at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from secretary.config import Settings
+from store import indexer as indexer_module
+from store.leases import Lease
+from store.service import Store
+from tests.helpers.fake_embedder import FakeEmbedder
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store.open(Settings(data_dir=tmp_path), create=True, embedder=FakeEmbedder())
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def test_sync_while_another_process_writes_the_index_waits_then_leaves_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add_memories("ns", [{"content": "Maya went hiking."}], now=NOW)
+    other = Lease(
+        store.engine, holder="otherhost:1:abc", ttl=timedelta(minutes=5), name="index-sync"
+    )
+    other.acquire()
+    monkeypatch.setattr(indexer_module, "SYNC_WAIT_SECONDS", 0.3)
+
+    assert store.indexer.sync() == 0
+    assert store.db.work.outbox_size() == 1  # left for the process that holds the lease
+
+    other.release()
+    assert store.indexer.sync() == 1
+    assert store.indexer.verify("ns").clean
+
+
+def test_sync_with_an_empty_outbox_takes_no_lease(store: Store) -> None:
+    other = Lease(
+        store.engine, holder="otherhost:1:abc", ttl=timedelta(minutes=5), name="index-sync"
+    )
+    other.acquire()
+
+    assert store.indexer.sync() == 0  # nothing to do: no wait for the other writer

@@ -1,0 +1,229 @@
+"""The store's status: the daemon, the schedule, and per namespace jobs, budget and backlog."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from store.database import Database
+from store.kinds import MemoryStatus, Outcome
+from store.leases import Lease
+from store.operations import SetStatus
+from store.record_info import RecordInfo
+from store.schemas import LogIn, MemoryIn
+from store.status import JobReads, StatusConfig, read_status, status_json
+
+NOW = datetime(2026, 2, 1, 12, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+CONFIG = StatusConfig(
+    max_tokens_per_day=1000,
+    jobs={
+        "extractor": JobReads(source="logs"),
+        "linker": JobReads(source="memories", watermarks=("watermark", "typed_watermark")),
+        "soul_mapper": JobReads(source="memories", types=("event", "fact")),
+        "consolidator": JobReads(source="memories", types=("event",)),
+        "retention": None,
+    },
+)
+
+
+@pytest.fixture
+def seeded(db: Database) -> dict[str, list[int]]:
+    """Namespace "a": 3 events, 2 facts, 1 preference, 4 log lines; "b": 1 event."""
+    kinds = ["event", "event", "event", "fact", "fact", "preference"]
+    items = [MemoryIn(content=f"memory {i}", type=t) for i, t in enumerate(kinds)]
+    memories = list(db.writer.add_memories("a", items, now=NOW - 2 * HOUR).ids)
+    lines = [
+        LogIn(session_id="s", role="user", content=f"line {i}", timestamp=NOW - HOUR)
+        for i in range(4)
+    ]
+    logs = list(db.writer.add_logs("a", lines, now=NOW - HOUR).ids)
+    db.writer.add_memories("b", [MemoryIn(content="other")], now=NOW - 2 * HOUR)
+    return {"memories": memories, "logs": logs}
+
+
+def test_status_reports_health_backlog_and_budget(
+    db: Database, seeded: dict[str, list[int]]
+) -> None:
+    memories, logs = seeded["memories"], seeded["logs"]
+    # The extractor read two log lines, then failed twice in a row and backs off.
+    db.writer.apply(
+        "a",
+        "extractor",
+        (),
+        now=NOW - HOUR,
+        info=RecordInfo(outcome=Outcome.FAILED, error="boom", tokens_in=300, tokens_out=50),
+        job_state={"watermark": logs[1]},
+        health={
+            "last": {
+                "status": "failed",
+                "at": (NOW - HOUR).isoformat(),
+                "record": 9,
+                "message": "boom",
+            },
+            "failures": 2,
+            "backoff_until": (NOW + HOUR).isoformat(),
+            "failing": {"ids": [logs[2], logs[3]], "count": 2},
+            "quarantined": [101, 102, 103],
+        },
+    )
+    # The linker linked everything up to the fourth memory, typed nothing; spent on the day.
+    db.writer.apply(
+        "a",
+        "linker",
+        (),
+        now=NOW - HOUR,
+        info=RecordInfo(outcome=Outcome.NOTHING, tokens_in=500, tokens_out=200, cost=0.25),
+        job_state={"watermark": memories[3], "typed_watermark": 0},
+        health={"last": {"status": "nothing", "at": (NOW - HOUR).isoformat(), "record": None}},
+    )
+    # Yesterday's tokens do not count today.
+    db.writer.apply(
+        "a",
+        "auditor",
+        (),
+        now=NOW - 24 * HOUR,
+        info=RecordInfo(outcome=Outcome.NOTHING, tokens_in=999),
+        health={"last": {"status": "nothing", "at": (NOW - 24 * HOUR).isoformat()}},
+    )
+    found = read_status(db, CONFIG, now=NOW)
+    assert [space.namespace for space in found.namespaces] == ["a", "b"]
+    a = found.namespaces[0]
+    assert (a.tokens_today, a.cost_today, a.budget_reached) == (1050, 0.25, True)
+    jobs = {job.job: job for job in a.jobs}
+    # The configured jobs in their order, then one that ran but the config does not know.
+    assert list(jobs) == [
+        "extractor",
+        "linker",
+        "soul_mapper",
+        "consolidator",
+        "retention",
+        "auditor",
+    ]
+    extractor = jobs["extractor"]
+    assert extractor.failures == 2
+    assert extractor.backing_off
+    assert extractor.backoff_until == NOW + HOUR
+    assert (extractor.failing, extractor.quarantined) == (2, 3)
+    assert extractor.backlog == {"watermark": 2}
+    assert extractor.last is not None
+    assert extractor.last["message"] == "boom"
+    assert jobs["linker"].backlog == {"watermark": 2, "typed_watermark": 6}
+    assert jobs["linker"].backlog_total == 6
+    assert jobs["soul_mapper"].backlog == {"watermark": 5}  # events and facts only
+    assert jobs["consolidator"].backlog == {"watermark": 3}  # events only
+    assert jobs["retention"].backlog is None
+    assert jobs["auditor"].backlog is None  # not in the config: what it reads is unknown
+    assert jobs["soul_mapper"].last is None
+    # The budget is per namespace: "b" spent nothing.
+    assert found.namespaces[1].tokens_today == 0
+    assert not found.namespaces[1].budget_reached
+    # An hour later the back-off is over (the failures stay until a run succeeds).
+    later = read_status(db, CONFIG, now=NOW + 2 * HOUR, namespaces=["a"])
+    assert [space.namespace for space in later.namespaces] == ["a"]
+    assert not later.namespaces[0].jobs[0].backing_off
+    assert later.namespaces[0].jobs[0].failures == 2
+
+
+def test_status_daemon_schedule_running_and_interrupted(
+    db: Database, seeded: dict[str, list[int]]
+) -> None:
+    none = read_status(db, CONFIG, now=NOW)
+    assert not none.daemon.running
+    assert none.daemon.holder is None
+    lease = Lease(db.engine, holder="host:1:abc", ttl=timedelta(minutes=5), clock=lambda: NOW)
+    lease.acquire()
+    db.schedules.mark_fired("linker", now=NOW - HOUR)  # before this daemon: cut short
+    db.schedules.mark_fired("extractor", now=NOW + timedelta(minutes=1))  # this daemon's, going
+    db.schedules.mark_fired("soul_mapper", now=NOW - HOUR)
+    db.schedules.mark_finished(
+        "soul_mapper", now=NOW - HOUR + timedelta(minutes=2), next_fire_at=NOW + 3 * HOUR
+    )
+    db.schedules.set_paused("consolidator", True, now=NOW)
+    running = read_status(db, CONFIG, now=NOW + timedelta(minutes=2))
+    assert running.daemon.running
+    assert (running.daemon.holder, running.daemon.since) == ("host:1:abc", NOW)
+    assert running.daemon.expires_at == NOW + timedelta(minutes=5)
+    schedule = {entry.job: entry for entry in running.schedule}
+    assert list(schedule) == ["extractor", "linker", "soul_mapper", "consolidator", "retention"]
+    assert schedule["extractor"].firing == "running"
+    assert schedule["linker"].firing == "interrupted"
+    assert schedule["soul_mapper"].firing == "idle"
+    assert schedule["soul_mapper"].next_fire_at == NOW + 3 * HOUR
+    assert schedule["consolidator"].paused
+    # Once the lease ran out no daemon runs: no next firing, and the open firings were cut short.
+    stopped = read_status(db, CONFIG, now=NOW + HOUR)
+    assert not stopped.daemon.running
+    assert stopped.daemon.holder == "host:1:abc"
+    schedule = {entry.job: entry for entry in stopped.schedule}
+    assert schedule["soul_mapper"].next_fire_at is None
+    assert schedule["extractor"].firing == "interrupted"
+    shown = status_json(stopped)
+    assert shown["daemon"]["running"] is False
+    assert shown["schedule"][0] == {
+        "job": "extractor",
+        "paused": False,
+        "next_fire_at": None,
+        "last_fired_at": (NOW + timedelta(minutes=1)).isoformat(),
+        "last_finished_at": None,
+        "firing": "interrupted",
+        "interrupted": True,
+    }
+
+
+def test_status_without_config_lists_only_jobs_that_ran_and_unknown_budget(
+    db: Database, seeded: dict[str, list[int]]
+) -> None:
+    memories = seeded["memories"]
+    db.writer.apply(
+        "a",
+        "auditor",
+        [SetStatus(memory_id=memories[0], status=MemoryStatus.ARCHIVED)],
+        now=NOW,
+        health={"last": {"status": "applied", "at": NOW.isoformat(), "record": 1}},
+    )
+    found = read_status(db, now=NOW)
+    assert found.max_tokens_per_day is None
+    shown = status_json(found)
+    assert shown["budget"] == {"max_tokens_per_day": None, "known": False, "day": "2026-02-01"}
+    a = shown["namespaces"][0]
+    assert [job["job"] for job in a["jobs"]] == ["auditor"]
+    assert a["jobs"][0]["backlog"] is None
+    assert a["jobs"][0]["last"]["status"] == "applied"
+    assert shown["namespaces"][1] == {
+        "namespace": "b",
+        "tokens_today": 0,
+        "cost_today": 0.0,
+        "budget_reached": False,
+        "jobs": [],
+    }
+    assert shown["schedule"] == []
+
+
+def test_backlog_reads_count_past_each_namespace_mark(
+    db: Database, seeded: dict[str, list[int]]
+) -> None:
+    memories, logs = seeded["memories"], seeded["logs"]
+    assert db.memories.count_after({"a": memories[1], "b": 0, "c": 0}) == {"a": 4, "b": 1, "c": 0}
+    assert db.memories.count_after({"a": 0}, types=["fact"]) == {"a": 2}
+    assert db.work.logs_count_after({"a": logs[0], "b": 0}) == {"a": 3, "b": 0}
+    assert db.memories.texts("a", [memories[0], 99_999]) == {memories[0]: "memory 0"}
+    assert db.memories.texts("b", [memories[0]]) == {}
+
+
+def test_status_daemon_killed_on_this_host_is_not_running(
+    db: Database, seeded: dict[str, list[int]]
+) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid names no process any more
+    holder = f"{socket.gethostname()}:{dead.pid}:abc"
+    Lease(db.engine, holder=holder, ttl=timedelta(minutes=5), clock=lambda: NOW).acquire()
+
+    status = read_status(db, CONFIG, now=NOW + timedelta(minutes=1))
+
+    assert not status.daemon.running  # its lease has not expired, but its process is gone
+    assert status.daemon.holder == holder
