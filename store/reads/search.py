@@ -100,6 +100,13 @@ _EDGES = select(
     )
 )
 
+# The memories that others replaced, by replacement: (replacement, namespace, session).
+_REPLACED = select(_MEMORIES.replaced_by_id, _MEMORIES.namespace, _MEMORIES.session_id).where(
+    _MEMORIES.replaced_by_id.in_(bindparam("ids", expanding=True)),
+    _MEMORIES.status != _ACTIVE,
+    _MEMORIES.session_id.is_not(None),
+)
+
 _LEXICAL_COLUMNS = (
     _MEMORIES.id,
     _MEMORIES.content,
@@ -150,6 +157,17 @@ class SearchReads:
                         row = SearchRow(*values)  # the columns are _SEARCH_FIELDS, in order
                         out[row.id] = row
         return out
+
+    def replaced_sessions(self, namespace: str, ids: Iterable[int]) -> dict[int, frozenset[str]]:
+        """Return, for those of ``ids`` that replaced other memories (superseded or merged them),
+        the sessions of the memories they replaced."""
+        out: dict[int, set[str]] = {}
+        with self.engine.connect() as connection:
+            for chunk in chunks(ids):
+                for replacement, row_namespace, session in _all(connection, _REPLACED, ids=chunk):
+                    if row_namespace == namespace:
+                        out.setdefault(replacement, set()).add(session)
+        return {mid: frozenset(sessions) for mid, sessions in out.items()}
 
     def filtered_rows(
         self,

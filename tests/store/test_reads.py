@@ -95,6 +95,31 @@ def test_edges_and_revision(db: Database) -> None:
     assert db.search.edges("b", [ids[1]]) == []
 
 
+def _retire(db: Database, namespace: str, memory_id: int, by: int, status: MemoryStatus) -> None:
+    operation = SetStatus(memory_id=memory_id, status=status, replaced_by=by)
+    db.writer.apply(namespace, "test", [operation], now=NOW)
+
+
+def test_replaced_sessions_are_those_of_retired_memories_only(db: Database) -> None:
+    old, fragment, new, plain, other = _add(
+        db,
+        "a",
+        _memory("lives in Oslo", session_id="s1"),
+        _memory("moved to Rome", session_id="s2"),
+        _memory("lives in Rome now", session_id="s3"),
+        _memory("likes tea", session_id="s1"),
+        _memory("sessionless"),
+    )
+    _retire(db, "a", old, new, MemoryStatus.SUPERSEDED)
+    _retire(db, "a", fragment, new, MemoryStatus.MERGED)
+    _retire(db, "a", other, plain, MemoryStatus.MERGED)  # no session: nothing to score in
+    (foreign,) = _add(db, "b", _memory("elsewhere", session_id="s9"))
+    assert db.search.replaced_sessions("a", [new, plain, old, 999_999]) == {
+        new: frozenset({"s1", "s2"})
+    }
+    assert db.search.replaced_sessions("b", [new, foreign]) == {}
+
+
 def test_lexical_rows_paged_by_id_active_of_namespace_only(db: Database) -> None:
     ids = _add(db, "a", *(_memory(f"m{i}") for i in range(5)))
     _add(db, "b", _memory("elsewhere"))

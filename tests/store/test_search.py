@@ -357,6 +357,7 @@ class ChainSource:
     def __init__(
         self, n: int, *, session: str | None = "s", apart: timedelta = timedelta(days=1)
     ) -> None:
+        self.replaced: dict[int, frozenset[str]] = {}  # replacement -> sessions it replaced in
         self.rows = {
             i: SearchRow(
                 id=i,
@@ -378,6 +379,25 @@ class ChainSource:
 
     def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
         return []
+
+    def replaced_sessions(self, namespace: str, ids: Iterable[int]) -> dict[int, frozenset[str]]:
+        return {i: self.replaced[i] for i in ids if i in self.replaced}
+
+
+def test_rank_scores_a_replacement_in_the_sessions_of_what_it_replaced() -> None:
+    source = ChainSource(3, session="later")
+    source.replaced = {2: frozenset({"earlier"})}  # memory 2 superseded a fact said earlier
+    settings = RetrievalSettings(spread_depth=0)
+    evidence = Evidence(
+        lexical={1: 1.0, 2: 1.0, 3: 1.0},
+        sessions={"earlier": 1.0, "later": 0.25},
+        hits=(),
+        periods=(),
+    )
+    ranked = rank(evidence, source, SearchRequest(namespace=NS, query="q"), settings, now=NOW)
+    sessions = {item.memory_id: item.breakdown.session for item in ranked}
+    assert sessions == {1: 0.25, 2: 1.0, 3: 0.25}
+    assert ranked[0].memory_id == 2
 
 
 @pytest.mark.parametrize(("depth", "reached"), [(0, [1]), (1, [1, 2]), (2, [1, 2, 3])])
