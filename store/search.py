@@ -123,10 +123,6 @@ class MemorySource(Protocol):
 
     def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]: ...
 
-    def replaced_sessions(
-        self, namespace: str, ids: Iterable[int]
-    ) -> Mapping[int, frozenset[str]]: ...
-
 
 class Searcher:
     """Answers searches of one store; reads only (recording the recall is the caller's)."""
@@ -304,18 +300,14 @@ def rank(
     dense = dense_parts((hit.memory_id, hit.similarity) for hit in evidence.hits)
     candidates = list(dict.fromkeys([*evidence.lexical, *dense]))
     rows = _usable(source.search_rows(namespace, candidates), filters)
-    replaced = dict(source.replaced_sessions(namespace, rows))
-    parts = {mid: _parts(rows[mid], evidence, dense, replaced.get(mid)) for mid in rows}
+    parts = {mid: _parts(rows[mid], evidence, dense) for mid in rows}
     relevances = {mid: relevance(p, settings) for mid, p in parts.items()}
     anchors = top_ids(relevances, settings.anchors)
     rows = {mid: rows[mid] for mid in anchors}
     seeds = {mid: relevances[mid] for mid in anchors[: settings.spread_seeds]}
     activation = _spread(seeds, rows, source, request, settings)
-    added = rows.keys() - parts.keys()
-    if added:
-        replaced.update(source.replaced_sessions(namespace, added))
-    for mid in added:
-        parts[mid] = _parts(rows[mid], evidence, dense, replaced.get(mid))
+    for mid in rows.keys() - parts.keys():
+        parts[mid] = _parts(rows[mid], evidence, dense)
     breakdowns = {
         mid: _breakdown(row, parts[mid], activation.get(mid, 0.0), settings, now)
         for mid, row in rows.items()
@@ -360,16 +352,11 @@ def _usable(rows: Mapping[int, SearchRow], filters: SearchFilters) -> dict[int, 
     return {mid: row for mid, row in rows.items() if filters.matches(row)}
 
 
-def _parts(
-    row: SearchRow,
-    evidence: Evidence,
-    dense: Mapping[int, float],
-    replaced: Iterable[str] | None = None,
-) -> Parts:
+def _parts(row: SearchRow, evidence: Evidence, dense: Mapping[int, float]) -> Parts:
     """Score one memory's parts. A memory that replaced others (an update that superseded a
     fact, a summary that merged fragments) scores in its own session or theirs, the better:
     it answers for what it replaced, where that was said."""
-    sessions = (row.session_id, *(replaced or ()))
+    sessions = (row.session_id, *row.replaced)
     return Parts(
         lexical=evidence.lexical.get(row.id, 0.0),
         dense=dense.get(row.id, 0.0),

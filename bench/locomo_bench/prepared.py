@@ -90,9 +90,6 @@ class Snapshot:
         wanted = set(ids)
         return [e for e in self.relations if e.source_id in wanted or e.target_id in wanted]
 
-    def replaced_sessions(self, namespace: str, ids: Iterable[int]) -> dict[int, frozenset[str]]:
-        return {}  # a snapshot holds active memories only: nothing in it was replaced
-
     def external_ids(self, memory_ids: Iterable[int]) -> list[str]:
         return [self.external[i] for i in memory_ids]
 

@@ -50,6 +50,9 @@ class SearchRow:
     next_id: int | None
     base_importance: float
     pinned: bool
+    # The sessions of the memories this one replaced (superseded or merged); not a column:
+    # ``search_rows`` fills it in the same connection.
+    replaced: frozenset[str] = frozenset()
 
     @cached_property
     def tags(self) -> list[str]:
@@ -76,12 +79,16 @@ class LexicalRow:
     metadata_json: str
 
 
-_SEARCH_FIELDS = tuple(SearchRow.__dataclass_fields__)
+_SEARCH_FIELDS = tuple(name for name in SearchRow.__dataclass_fields__ if name != "replaced")
 _AS_TEXT = {"tags_json": _MEMORIES.tags, "metadata_json": _MEMORIES.metadata}
 _SEARCH_COLUMNS = tuple(
     cast(_AS_TEXT[name], Text) if name in _AS_TEXT else _MEMORIES[name] for name in _SEARCH_FIELDS
 )
-_SEARCH_ROWS = select(_MEMORIES.namespace, _MEMORIES.status, *_SEARCH_COLUMNS).where(
+_REPLACING = Memory.__table__.alias("replacing")
+# Whether a memory replaced others: one probe of ix_memories_replaced_by per row, so that the
+# sessions of what it replaced are read only for the few that did.
+_REPLACED_ANY = select(_REPLACING.c.id).where(_REPLACING.c.replaced_by_id == _MEMORIES.id).exists()
+_SEARCH_ROWS = select(_MEMORIES.namespace, _MEMORIES.status, _REPLACED_ANY, *_SEARCH_COLUMNS).where(
     _MEMORIES.id.in_(bindparam("ids", expanding=True))
 )
 # Metadata keys that are safe in a JSON path on every backend; others are checked in Python.
@@ -148,26 +155,27 @@ class SearchReads:
         self.engine = engine
 
     def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
-        """Return what ranking needs of the *active* memories of ``namespace`` among ``ids``."""
+        """Return what ranking needs of the *active* memories of ``namespace`` among ``ids``,
+        with the sessions of the memories each replaced."""
         out: dict[int, SearchRow] = {}
+        replacing: list[int] = []
+        replaced: dict[int, set[str]] = {}
         with self.engine.connect() as connection:
             for chunk in chunks(ids):
-                for row_namespace, status, *values in _all(connection, _SEARCH_ROWS, ids=chunk):
+                rows = _all(connection, _SEARCH_ROWS, ids=chunk)
+                for row_namespace, status, replaced_any, *values in rows:
                     if row_namespace == namespace and status == _ACTIVE:
                         row = SearchRow(*values)  # the columns are _SEARCH_FIELDS, in order
                         out[row.id] = row
-        return out
-
-    def replaced_sessions(self, namespace: str, ids: Iterable[int]) -> dict[int, frozenset[str]]:
-        """Return, for those of ``ids`` that replaced other memories (superseded or merged them),
-        the sessions of the memories they replaced."""
-        out: dict[int, set[str]] = {}
-        with self.engine.connect() as connection:
-            for chunk in chunks(ids):
+                        if replaced_any:
+                            replacing.append(row.id)
+            for chunk in chunks(replacing):
                 for replacement, row_namespace, session in _all(connection, _REPLACED, ids=chunk):
                     if row_namespace == namespace:
-                        out.setdefault(replacement, set()).add(session)
-        return {mid: frozenset(sessions) for mid, sessions in out.items()}
+                        replaced.setdefault(replacement, set()).add(session)
+        for mid, sessions in replaced.items():
+            out[mid].replaced = frozenset(sessions)
+        return out
 
     def filtered_rows(
         self,

@@ -100,7 +100,7 @@ def _retire(db: Database, namespace: str, memory_id: int, by: int, status: Memor
     db.writer.apply(namespace, "test", [operation], now=NOW)
 
 
-def test_replaced_sessions_are_those_of_retired_memories_only(db: Database) -> None:
+def test_search_rows_carry_the_sessions_of_the_memories_they_replaced(db: Database) -> None:
     old, fragment, new, plain, other = _add(
         db,
         "a",
@@ -114,10 +114,12 @@ def test_replaced_sessions_are_those_of_retired_memories_only(db: Database) -> N
     _retire(db, "a", fragment, new, MemoryStatus.MERGED)
     _retire(db, "a", other, plain, MemoryStatus.MERGED)  # no session: nothing to score in
     (foreign,) = _add(db, "b", _memory("elsewhere", session_id="s9"))
-    assert db.search.replaced_sessions("a", [new, plain, old, 999_999]) == {
-        new: frozenset({"s1", "s2"})
+    rows = db.search.search_rows("a", [new, plain, old, 999_999])
+    assert {mid: row.replaced for mid, row in rows.items()} == {
+        new: frozenset({"s1", "s2"}),
+        plain: frozenset(),
     }
-    assert db.search.replaced_sessions("b", [new, foreign]) == {}
+    assert db.search.search_rows("b", [new, foreign])[foreign].replaced == frozenset()
 
 
 def test_lexical_rows_paged_by_id_active_of_namespace_only(db: Database) -> None:

@@ -357,7 +357,6 @@ class ChainSource:
     def __init__(
         self, n: int, *, session: str | None = "s", apart: timedelta = timedelta(days=1)
     ) -> None:
-        self.replaced: dict[int, frozenset[str]] = {}  # replacement -> sessions it replaced in
         self.rows = {
             i: SearchRow(
                 id=i,
@@ -380,13 +379,10 @@ class ChainSource:
     def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
         return []
 
-    def replaced_sessions(self, namespace: str, ids: Iterable[int]) -> dict[int, frozenset[str]]:
-        return {i: self.replaced[i] for i in ids if i in self.replaced}
-
 
 def test_rank_scores_a_replacement_in_the_sessions_of_what_it_replaced() -> None:
     source = ChainSource(3, session="later")
-    source.replaced = {2: frozenset({"earlier"})}  # memory 2 superseded a fact said earlier
+    source.rows[2].replaced = frozenset({"earlier"})  # memory 2 superseded a fact said earlier
     settings = RetrievalSettings(spread_depth=0)
     evidence = Evidence(
         lexical={1: 1.0, 2: 1.0, 3: 1.0},
