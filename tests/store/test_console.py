@@ -424,3 +424,33 @@ def test_console_admin_key_sees_every_namespace(tmp_path: Path) -> None:
         assert "a: I like tea" in listing
     finally:
         store.close()
+
+
+def test_console_dream_now_queues_a_request_the_status_page_follows(open_: Store) -> None:
+    with client(open_) as web:
+        token = csrf(web.get("/ui/status").text)
+        response = web.post("/ui/status/dream/a", data={"csrf": token}, follow_redirects=False)
+        assert response.status_code == 303
+        status = web.get(response.headers["location"]).text
+    (queued,) = open_.db.dream_requests.recent()
+    assert (queued.namespace, queued.jobs, queued.status) == ("a", (), "pending")
+    assert queued.requested_by == "console:open"
+    assert f"dream request #{queued.id} queued for a" in status
+    assert f"#{queued.id} <span" in status  # listed among the requests, still pending
+    assert "pending" in status
+
+
+def test_console_dream_now_only_for_the_viewer_namespaces_and_with_csrf(keyed: Store) -> None:
+    keyed.db.dream_requests.enqueue(
+        namespace="b", jobs=["linker"], retry_quarantined=False, requested_by="api:b", now=NOW
+    )
+    with client(keyed) as web:
+        token = login(web, KEY_A)
+        foreign = web.post("/ui/status/dream/b", data={"csrf": token})
+        forged = web.post("/ui/status/dream/a", data={"csrf": "forged"})
+        status = web.get("/ui/status").text
+    assert (foreign.status_code, forged.status_code) == (404, 403)
+    assert [r.requested_by for r in keyed.db.dream_requests.recent()] == ["api:b"]
+    assert "api:b" not in status  # another namespace's request is not shown
+    assert 'action="/ui/status/dream/a"' in status
+    assert 'action="/ui/status/dream/b"' not in status

@@ -230,6 +230,19 @@ def test_browser_status_previews_a_cron_before_saving(world: World) -> None:
     page.context.close()
 
 
+def test_browser_dream_now_queues_a_request_shown_on_the_status_page(world: World) -> None:
+    page = world.login(KEY_MAYA)
+    page.goto(f"{world.url}/ui/status")
+    page.click("form[action='/ui/status/dream/maya'] button")
+    page.wait_for_url(re.compile(r".*/ui/status\?said=.*"))
+    (queued,) = [r for r in world.store.db.dream_requests.recent() if r.namespace == "maya"]
+    assert (queued.requested_by, queued.status) == ("console:maya", "pending")
+    assert f"dream request #{queued.id} queued for maya" in page.inner_text(".notice")
+    assert f"#{queued.id}" in page.inner_text("table.dreams")
+    screenshot(page, "dream-now")
+    page.context.close()
+
+
 def test_browser_scoped_key_cannot_see_or_act_on_another_namespace(world: World) -> None:
     page = world.login(KEY_MAYA)
     zoe = world.store.db.memories.many("zoe", range(1, 100))

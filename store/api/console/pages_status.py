@@ -1,9 +1,12 @@
 """Status: the daemon, the schedule (pause, resume, a new cron expression previewed before it is
-saved), each namespace's jobs with their backlog, and today's tokens against the budget.
+saved), each namespace's jobs with their backlog, today's tokens against the budget, and a
+"Dream now" button per namespace with the recent dream requests.
 
 The status is ``store.status.read_status`` (GET /v1/status); schedule changes go through the
 secretary's validation (``ConsoleOps``) into ``store.schedules`` as `secretary schedule` does.
 The schedule is the whole store's: only a viewer who may use every namespace changes it.
+"Dream now" queues a request as `POST /v1/dream` does (``store.dream_requests``), which the
+running daemon, or `secretary serve`'s own worker while none runs, picks up within seconds.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from fastapi import APIRouter, Request, Response
 from store.api.auth import Principal
 from store.api.console.web import (
     PageNotFound,
+    check_namespace,
     checked_form,
     console,
     page,
@@ -20,11 +24,13 @@ from store.api.console.web import (
     see_other_saying,
     viewer,
 )
+from store.dream_requests import DreamRequestView
 from store.errors import SecretaryError
 from store.status import read_status, status_json
 
 router = APIRouter()
 PREVIEW = 5
+RECENT_DREAMS = 10  # dream requests listed on the status page
 
 
 def may_schedule(request: Request, who: Principal) -> bool:
@@ -53,9 +59,39 @@ def status(request: Request) -> Response:
         "schedule": schedule,
         "timezone": here.ops.timezone if here.ops is not None else None,
         "may_schedule": here.ops is not None and may_schedule(request, who),
+        "dreams": _recent_dreams(request, who),
         "message": said(request),
     }
     return page(request, "status.html", context)
+
+
+def _recent_dreams(request: Request, who: Principal) -> list[DreamRequestView]:
+    """The newest dream requests the viewer may see (a scoped key: its namespaces' only)."""
+    recent = console(request).store.db.dream_requests.recent(RECENT_DREAMS * 4)
+    if who.namespaces is not None:
+        recent = [r for r in recent if r.namespace is not None and who.allows(r.namespace)]
+    return recent[:RECENT_DREAMS]
+
+
+@router.post("/ui/status/dream/{namespace}")
+async def dream_now(request: Request, namespace: str) -> Response:
+    """Queue a dream of every job on ``namespace``, as `POST /v1/dream` does."""
+    await checked_form(request)
+    who = viewer(request)
+    check_namespace(who, namespace)
+    here = console(request)
+    request_id = here.store.db.dream_requests.enqueue(
+        namespace=namespace,
+        jobs=(),
+        retry_quarantined=False,
+        requested_by=f"console:{who.name}",
+        now=here.clock(),
+    )
+    told = (
+        f"dream request #{request_id} queued for {namespace}: the daemon (or this server, "
+        "while no daemon runs) picks it up within seconds; reload to follow it"
+    )
+    return see_other_saying(request, "/ui/status", told)
 
 
 def _scheduler(request: Request) -> None:
