@@ -107,7 +107,7 @@ class Memory(Base):
         Index("ix_memories_hash", "namespace", "content_hash"),
         Index("ix_memories_status", "namespace", "status"),
         Index("ix_memories_session", "namespace", "session_id"),
-        # Search reads the memories a memory replaced (store.reads.search.replaced_sessions).
+        # Search reads the memories a memory replaced (store.reads.search: SearchReads.search_rows).
         Index("ix_memories_replaced_by", "replaced_by_id"),
         NEVER_REUSED,
     )
