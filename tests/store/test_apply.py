@@ -19,7 +19,7 @@ from store.operations import (
 )
 from store.record_info import RecordInfo
 from store.schemas import MemoryIn
-from tests.store.test_repository import timeline
+from tests.helpers.timeline import timeline
 
 NOW = datetime(2026, 2, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -19,7 +19,7 @@ from store.operations import CreateMemory, CreateRelation, SetStatus, UpdateMemo
 from store.requests import SearchFilters
 from store.schemas import LogIn, MemoryIn
 from store.undo import ForgetIsFinal, undo
-from tests.store.test_undo import timeline
+from tests.helpers.timeline import timeline
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -17,37 +17,16 @@ from store.database import Database
 from store.db import session_factory
 from store.errors import ValidationFailed
 from store.kinds import MemoryStatus, Outcome
-from store.models import IndexOutbox, MaintenanceRecord, Memory
+from store.models import IndexOutbox, MaintenanceRecord
 from store.operations import CreateRelation, SetStatus
 from store.record_info import RecordInfo
 from store.schemas import Limits, LogIn, MemoryIn, parse_items
 from store.unit import UnitOfWork
 from store.views import RecordView
+from tests.helpers.timeline import timeline
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
-
-
-def timeline(db: Database, namespace: str) -> list[int]:
-    """Walk the timeline from its head through next_id and check prev_id on the way back.
-
-    Only active memories are on the timeline: a retired one left it.
-    """
-    with session_factory(db.engine)() as session:
-        query = select(Memory).where(Memory.namespace == namespace, Memory.status == "active")
-        rows = {m.id: m for m in session.scalars(query)}
-    heads = [m for m in rows.values() if m.prev_id is None]
-    assert len(heads) <= 1, "a timeline has exactly one head"
-    order: list[int] = []
-    current = heads[0] if heads else None
-    while current is not None:
-        order.append(current.id)
-        nxt = rows.get(current.next_id) if current.next_id is not None else None
-        if nxt is not None:
-            assert nxt.prev_id == current.id
-        current = nxt
-    assert len(order) == len(rows), "every memory is on the timeline"
-    return order
 
 
 def mem(content: str, when: datetime | None = None, **kw: object) -> MemoryIn:

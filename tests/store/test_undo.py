@@ -17,7 +17,7 @@ from store.database import Database
 from store.db import session_factory
 from store.errors import NotFound
 from store.kinds import MemoryStatus, Outcome, RecordStatus
-from store.models import Memory, MemoryRelation
+from store.models import MemoryRelation
 from store.operations import (
     CreateMemory,
     CreateRelation,
@@ -38,6 +38,7 @@ from store.undo import (
     plan_undo,
     undo,
 )
+from tests.helpers.timeline import timeline
 
 NOW = datetime(2026, 2, 1, tzinfo=UTC)
 LATER = NOW + timedelta(days=3)
@@ -104,28 +105,6 @@ def relate(
     """Relate two memories of namespace "ns" in a record of their own."""
     op = CreateRelation(source=source, target=target, type=type_, strength=strength)
     db.writer.apply("ns", job, [op], now=now)
-
-
-def timeline(db: Database, namespace: str) -> list[int]:
-    """Walk the timeline from its head through next_id and check prev_id on the way back.
-
-    Only active memories are on the timeline: a retired one left it.
-    """
-    with session_factory(db.engine)() as session:
-        query = select(Memory).where(Memory.namespace == namespace, Memory.status == "active")
-        rows = {m.id: m for m in session.scalars(query)}
-    heads = [m for m in rows.values() if m.prev_id is None]
-    assert len(heads) <= 1, "a timeline has exactly one head"
-    order: list[int] = []
-    current = heads[0] if heads else None
-    while current is not None:
-        order.append(current.id)
-        nxt = rows.get(current.next_id) if current.next_id is not None else None
-        if nxt is not None:
-            assert nxt.prev_id == current.id
-        current = nxt
-    assert len(order) == len(rows), "every memory is on the timeline"
-    return order
 
 
 # -- round trips -------------------------------------------------------------------------------

@@ -5,39 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
-
-from store.database import Database
-from store.db import session_factory
-from store.models import Memory
 from store.requests import SearchRequest
+from tests.helpers.timeline import timeline
 from tests.secretary.jobs.conftest import DAY, NOW, World
 
 T = NOW - 2 * DAY
 MINUTE = timedelta(minutes=1)
 LATER = T + DAY  # the 3-hour window has long passed
-
-
-def timeline(db: Database, namespace: str) -> list[int]:
-    """Walk the timeline from its head through next_id and check prev_id on the way back.
-
-    Only active memories are on the timeline: a retired one left it.
-    """
-    with session_factory(db.engine)() as session:
-        query = select(Memory).where(Memory.namespace == namespace, Memory.status == "active")
-        rows = {m.id: (m.prev_id, m.next_id) for m in session.scalars(query)}
-    heads = [i for i, (prev_id, _) in rows.items() if prev_id is None]
-    assert len(heads) <= 1, "a timeline has exactly one head"
-    order: list[int] = []
-    current = heads[0] if heads else None
-    while current is not None:
-        order.append(current)
-        nxt = rows[current][1]
-        if nxt is not None and nxt in rows:
-            assert rows[nxt][0] == current
-        current = nxt if nxt in rows else None
-    assert len(order) == len(rows), "every memory is on the timeline"
-    return order
 
 
 def episode(world: World) -> dict[str, int]:
