@@ -20,7 +20,7 @@ from secretary.jobs.base import (
     Call,
     Change,
     Draft,
-    WatermarkJob,
+    MemoryJob,
     is_trait,
     listed_once,
     oldest_first,
@@ -239,7 +239,7 @@ class Audit:
 Batch = Sequence[Group]
 
 
-class Auditor(WatermarkJob[MemoryView, Audit, Batch, AuditorReply]):
+class Auditor(MemoryJob[Audit, Batch, AuditorReply]):
     name = "auditor"
     summary = (
         "exact duplicates merged by hash; contradictions, hallucinations, stale preferences judged"
@@ -250,15 +250,6 @@ class Auditor(WatermarkJob[MemoryView, Audit, Batch, AuditorReply]):
     llm_watermark = "watermark"
     prompt_id = "auditor"
     reply_schema = AuditorReply
-
-    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
-        return ctx.db.memories.after(ctx.namespace, after, limit=ctx.jobs.max_items_per_run)
-
-    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
-        return sorted(ctx.db.memories.active(ctx.namespace, ids).values(), key=lambda m: m.id)
-
-    def id_of(self, item: MemoryView) -> int:
-        return item.id
 
     def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> Audit:
         return Audit()

@@ -327,6 +327,25 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
 # -- helpers shared by the jobs -------------------------------------------------------------------
 
 
+class MemoryJob(WatermarkJob[MemoryView, W, G, R]):
+    """A job over the namespace's active memories, of ``memory_types`` only if set."""
+
+    memory_types: ClassVar[tuple[str, ...] | None] = None
+
+    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
+        return ctx.db.memories.after(
+            ctx.namespace, after, limit=ctx.jobs.max_items_per_run, types=self.memory_types
+        )
+
+    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
+        found = ctx.db.memories.active(ctx.namespace, ids).values()
+        wanted = self.memory_types
+        return sorted((m for m in found if wanted is None or m.type in wanted), key=lambda m: m.id)
+
+    def id_of(self, item: MemoryView) -> int:
+        return item.id
+
+
 def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
     """Split ``items``, in order, into as few calls as ``size`` allows, their lengths differing
     by one at most (50 items of at most 45 a call: 25 and 25, not 45 and 5)."""

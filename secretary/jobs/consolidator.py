@@ -23,7 +23,7 @@ from secretary.jobs.base import (
     Call,
     Change,
     Draft,
-    WatermarkJob,
+    MemoryJob,
     is_trait,
     oldest_first,
     split_ids,
@@ -88,24 +88,13 @@ class Episodes:
 Cluster = tuple[int, ...]
 
 
-class Consolidator(WatermarkJob[MemoryView, Episodes, Cluster, ConsolidatorReply]):
+class Consolidator(MemoryJob[Episodes, Cluster, ConsolidatorReply]):
     name = "consolidator"
     summary = "temporally close, similar event fragments -> one interaction_summary in their place"
     default_cron = "0 3 * * *"
     prompt_id = "consolidator"
     reply_schema = ConsolidatorReply
-
-    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
-        return ctx.db.memories.after(
-            ctx.namespace, after, limit=ctx.jobs.max_items_per_run, types=(FRAGMENT_TYPE,)
-        )
-
-    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
-        found = ctx.db.memories.active(ctx.namespace, ids).values()
-        return sorted((m for m in found if m.type == FRAGMENT_TYPE), key=lambda m: m.id)
-
-    def id_of(self, item: MemoryView) -> int:
-        return item.id
+    memory_types = (FRAGMENT_TYPE,)
 
     def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> Episodes:
         window = timedelta(minutes=ctx.jobs.consolidator_window_minutes)

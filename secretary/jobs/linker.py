@@ -19,7 +19,7 @@ from secretary.jobs.base import (
     Call,
     Change,
     Draft,
-    WatermarkJob,
+    MemoryJob,
     listed_once,
     oldest_first,
     pack,
@@ -148,7 +148,7 @@ class Neighbourhood:
 Batch = Sequence[Group]
 
 
-class Linker(WatermarkJob[MemoryView, Neighbourhood, Batch, LinkerReply]):
+class Linker(MemoryJob[Neighbourhood, Batch, LinkerReply]):
     name = "linker"
     summary = "new memories -> associative edges from embedding neighbours; causal/thematic edges"
     default_cron = "20 * * * *"
@@ -160,15 +160,6 @@ class Linker(WatermarkJob[MemoryView, Neighbourhood, Batch, LinkerReply]):
 
     def wants_llm(self, ctx: JobContext) -> bool:
         return ctx.jobs.linker_typed
-
-    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
-        return ctx.db.memories.after(ctx.namespace, after, limit=ctx.jobs.max_items_per_run)
-
-    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
-        return sorted(ctx.db.memories.active(ctx.namespace, ids).values(), key=lambda m: m.id)
-
-    def id_of(self, item: MemoryView) -> int:
-        return item.id
 
     def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> Neighbourhood:
         config = ctx.jobs

@@ -17,7 +17,7 @@ from secretary.jobs.base import (
     Call,
     Change,
     Draft,
-    WatermarkJob,
+    MemoryJob,
     chunks,
     is_trait,
     oldest_first,
@@ -150,25 +150,14 @@ class TraitWork:
 Batch = Sequence[MemoryView]
 
 
-class SoulMapper(WatermarkJob[MemoryView, TraitWork, Batch, SoulMapperReply]):
+class SoulMapper(MemoryJob[TraitWork, Batch, SoulMapperReply]):
     name = "soul_mapper"
     summary = "events and facts -> long-term traits as preference memories with their evidence"
     default_cron = "0 5 * * 0"
     needs_llm = True
     prompt_id = "soul_mapper"
     reply_schema = SoulMapperReply
-
-    def read(self, ctx: JobContext, after: int) -> Sequence[MemoryView]:
-        return ctx.db.memories.after(
-            ctx.namespace, after, limit=ctx.jobs.max_items_per_run, types=EVIDENCE_TYPES
-        )
-
-    def read_ids(self, ctx: JobContext, ids: Sequence[int]) -> Sequence[MemoryView]:
-        found = ctx.db.memories.active(ctx.namespace, ids).values()
-        return sorted((m for m in found if m.type in EVIDENCE_TYPES), key=lambda m: m.id)
-
-    def id_of(self, item: MemoryView) -> int:
-        return item.id
+    memory_types = EVIDENCE_TYPES
 
     def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> TraitWork:
         if not ctx.llm.available:
