@@ -4,33 +4,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from secretary.cli import cli
+from tests.helpers.cli import Run, cli_in
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "samples" / "companion.jsonl"
 
-Run = Callable[..., Result]
-
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    for name in ("SECRETARY_CONFIG", "SECRETARY_DATA_DIR", "SECRETARY_NAMESPACE"):
-        monkeypatch.delenv(name, raising=False)
-    runner = CliRunner()
-
-    def invoke(*args: str, code: int = 0) -> Result:
-        result = runner.invoke(cli, ["--data-dir", str(tmp_path / "data"), *args])
-        assert result.exit_code == code, (result.output, result.stderr, result.exception)
-        return result
-
-    return invoke
+    return cli_in(tmp_path / "data", monkeypatch)
 
 
 def all_commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:

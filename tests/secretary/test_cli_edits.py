@@ -6,26 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from secretary.cli import cli
-from tests.secretary.test_cli import Run
+from tests.helpers.cli import Run, cli_in
 
 SECRET = "Quillon keeps the spare key under the blue heron statue"
 
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    for name in ("SECRETARY_CONFIG", "SECRETARY_DATA_DIR", "SECRETARY_NAMESPACE"):
-        monkeypatch.delenv(name, raising=False)
-    runner = CliRunner()
-
-    def invoke(*args: str, code: int = 0, input: str | None = None) -> Result:
-        result = runner.invoke(cli, ["--data-dir", str(tmp_path / "data"), *args], input=input)
-        assert result.exit_code == code, (result.output, result.stderr, result.exception)
-        return result
-
-    return invoke  # type: ignore[return-value]
+    return cli_in(tmp_path / "data", monkeypatch)
 
 
 @pytest.fixture

@@ -6,24 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from secretary.cli import cli
-from tests.secretary.test_cli import SAMPLE, Run
+from tests.helpers.cli import Run, cli_in
+from tests.secretary.test_cli import SAMPLE
 
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    for name in ("SECRETARY_CONFIG", "SECRETARY_DATA_DIR", "SECRETARY_NAMESPACE"):
-        monkeypatch.delenv(name, raising=False)
-    runner = CliRunner()
-
-    def invoke(*args: str, code: int = 0) -> Result:
-        result = runner.invoke(cli, ["--data-dir", str(tmp_path / "data"), *args])
-        assert result.exit_code == code, (result.output, result.stderr, result.exception)
-        return result
-
-    return invoke
+    return cli_in(tmp_path / "data", monkeypatch)
 
 
 def test_memory_list_pages_with_cursor(run: Run) -> None:

@@ -3,41 +3,25 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from secretary.cli import cli
-from secretary.cli_records import _STATUSES, records, undo
+from secretary.cli_records import _STATUSES
 from secretary.config import Settings
 from store.kinds import MemoryStatus, Outcome, RecordStatus
 from store.operations import SetStatus, UpdateMemory
 from store.record_info import RecordInfo
 from store.service import Store
+from tests.helpers.cli import Run, cli_in
 
 NOW = datetime(2026, 2, 1, tzinfo=UTC)
-
-Run = Callable[..., Result]
 
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    for name in ("SECRETARY_CONFIG", "SECRETARY_DATA_DIR", "SECRETARY_NAMESPACE"):
-        monkeypatch.delenv(name, raising=False)
-    # The lead registers these on the main group; until then (and without leaking) do it here.
-    monkeypatch.setitem(cli.commands, "records", records)
-    monkeypatch.setitem(cli.commands, "undo", undo)
-    runner = CliRunner()
-
-    def invoke(*args: str, code: int = 0) -> Result:
-        result = runner.invoke(cli, ["--data-dir", str(tmp_path / "data"), *args])
-        assert result.exit_code == code, (result.output, result.stderr, result.exception)
-        return result
-
-    return invoke
+    return cli_in(tmp_path / "data", monkeypatch)
 
 
 @pytest.fixture

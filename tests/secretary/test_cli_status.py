@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from secretary.cli import cli
 from secretary.config import Settings
 from secretary.jobs.registry import JOB_NAMES
 from store.clock import utc_now
@@ -19,23 +16,13 @@ from store.leases import Lease
 from store.record_info import RecordInfo
 from store.schemas import LogIn, MemoryIn
 from store.service import Store
-
-Run = Callable[..., Result]
+from tests.helpers.cli import Run, cli_in
 
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
-    for name in ("SECRETARY_CONFIG", "SECRETARY_DATA_DIR", "SECRETARY_NAMESPACE"):
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SECRETARY_LLM_MAX_TOKENS_PER_DAY", "2000")
-    runner = CliRunner()
-
-    def invoke(*args: str, code: int = 0) -> Result:
-        result = runner.invoke(cli, ["--data-dir", str(tmp_path / "data"), *args])
-        assert result.exit_code == code, (result.output, result.stderr, result.exception)
-        return result
-
-    return invoke
+    return cli_in(tmp_path / "data", monkeypatch)
 
 
 @pytest.fixture
