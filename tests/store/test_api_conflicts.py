@@ -3,31 +3,17 @@ with nothing written, unless the caller asks for an update (query or body)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
-from store.api.app import create_app
 from store.service import Store
-from tests.store.test_api import A, ingest, log_count, memory_count, open_store, problems
+from tests.store.test_api import A, ingest, log_count, memory_count, problems
+from tests.store.test_api import app as app  # the fixtures: store, app, client
+from tests.store.test_api import client as client
+from tests.store.test_api import store as store
 
 LOG = {"session_id": "s1", "role": "user", "timestamp": "2026-03-01T12:00:00Z"}
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(tmp_path)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def client(store: Store) -> Iterator[TestClient]:
-    with TestClient(create_app(store, start_workers=False)) as test_client:
-        yield test_client
 
 
 def post_logs(client: TestClient, body: Any, **params: str) -> Any:

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from store.api.app import create_app
-from store.service import Store
-from tests.store.test_api import KEY_AB, A, B, auth, open_store
+from tests.store.test_api import KEY_AB, A, B, auth
+from tests.store.test_api import app as app  # the fixtures: store, app, client
+from tests.store.test_api import client as client
+from tests.store.test_api import store as store
 
 AB = auth(KEY_AB)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(tmp_path)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def client(store: Store) -> Iterator[TestClient]:
-    with TestClient(create_app(store, start_workers=False)) as test_client:
-        yield test_client
 
 
 def add(client: TestClient, content: str, headers: dict[str, str] = A, **fields: Any) -> int:

@@ -15,21 +15,11 @@ from store.kinds import MemoryStatus
 from store.operations import CreateRelation, SetStatus
 from store.service import Store
 from tests.store.test_api import KEY_AB, T0, A, B, auth, ingest, open_store, problems
+from tests.store.test_api import app as app  # the fixtures: store, app, client
+from tests.store.test_api import client as client
+from tests.store.test_api import store as store
 
 AB = auth(KEY_AB)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(tmp_path)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def client(store: Store) -> Iterator[TestClient]:
-    with TestClient(create_app(store, start_workers=False)) as test_client:
-        yield test_client
 
 
 @pytest.fixture
