@@ -349,6 +349,8 @@ def _cap_unrelated(
 
 
 def _usable(rows: Mapping[int, SearchRow], filters: SearchFilters) -> dict[int, SearchRow]:
+    if filters.empty:  # most searches: no need to ask each of a few hundred rows
+        return dict(rows)
     return {mid: row for mid, row in rows.items() if filters.matches(row)}
 
 
@@ -356,12 +358,14 @@ def _parts(row: SearchRow, evidence: Evidence, dense: Mapping[int, float]) -> Pa
     """Score one memory's parts. A memory that replaced others (an update that superseded a
     fact, a summary that merged fragments) scores in its own session or theirs, the better:
     it answers for what it replaced, where that was said."""
-    sessions = (row.session_id, *row.replaced)
+    session = session_part(row.session_id, evidence.sessions)
+    for replaced in row.replaced:
+        session = max(session, session_part(replaced, evidence.sessions))
     return Parts(
         lexical=evidence.lexical.get(row.id, 0.0),
         dense=dense.get(row.id, 0.0),
-        session=max(session_part(session, evidence.sessions) for session in sessions),
-        period=period_part(row.event_time, evidence.periods),
+        session=session,
+        period=period_part(row.event_time, evidence.periods) if evidence.periods else 0.0,
     )
 
 

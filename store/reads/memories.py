@@ -7,17 +7,18 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Engine, and_, func, or_, select
-from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy import ColumnElement, Engine, and_, bindparam, func, or_, select
+from sqlalchemy.orm import InstrumentedAttribute
 
 from store.db import session_factory
 from store.images import memory_image, relation_image
 from store.kinds import TOMBSTONES, MemoryStatus
 from store.models import Memory, MemoryRelation
-from store.reads.rows import chunks, memory_view
+from store.reads.rows import MEMORY_COLUMNS, chunks, memory_view
 from store.views import MemoryView
 
 _ACTIVE = MemoryStatus.ACTIVE.value
+_BY_IDS = select(*MEMORY_COLUMNS).where(Memory.__table__.c.id.in_(bindparam("ids", expanding=True)))
 Order = Literal["newest", "recently_changed"]
 
 
@@ -43,9 +44,17 @@ class MemoryReads:
         return views[0] if views else None
 
     def many(self, namespace: str, ids: Iterable[int]) -> list[MemoryView]:
-        """Return the memories of the namespace among ``ids``, whatever their status, by id."""
-        with self._session() as session:
-            return [memory_view(row) for row in _by_ids(session, namespace, ids)]
+        """Return the memories of the namespace among ``ids``, whatever their status, by id.
+
+        A Core read, not the ORM's: every search reads its hits here, and an ORM session with
+        its identity map cost a third of a millisecond more for ten memories."""
+        views: list[MemoryView] = []
+        with self.engine.connect() as connection:
+            for chunk in chunks(ids):
+                # By primary key alone (see store.reads.search), the namespace checked here.
+                rows = connection.execute(_BY_IDS, {"ids": chunk})
+                views.extend(memory_view(row) for row in rows if row.namespace == namespace)
+        return views
 
     def active(self, namespace: str, ids: Iterable[int]) -> dict[int, MemoryView]:
         """Return the active memories of the namespace among ``ids``, by id."""
@@ -208,15 +217,6 @@ class MemoryReads:
     def _views(self, query: Any) -> list[MemoryView]:
         with self._session() as session:
             return [memory_view(row) for row in session.scalars(query)]
-
-
-def _by_ids(session: Session, namespace: str, ids: Iterable[int]) -> list[Memory]:
-    rows: list[Memory] = []
-    for chunk in chunks(ids):
-        # By primary key alone (see store.reads.search), the namespace checked here.
-        found = session.scalars(select(Memory).where(Memory.id.in_(chunk)))
-        rows.extend(row for row in found if row.namespace == namespace)
-    return rows
 
 
 def past_marks(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
+
+from sqlalchemy import Row
 
 from store.models import MaintenanceOperation, MaintenanceRecord, Memory
 from store.views import MemoryView, OperationView, RecordView
@@ -17,7 +20,15 @@ def chunks(ids: Iterable[int]) -> Iterator[list[int]]:
         yield ordered[start : start + CHUNK]
 
 
-def memory_view(row: Memory) -> MemoryView:
+# Every column of a memory, labelled with its ORM attribute's name ("metadata_"), so that a Core
+# row of them reads like a Memory object: `memory_view` takes either.
+MEMORY_COLUMNS = tuple(
+    column.label(Memory.__mapper__.get_property_by_column(column).key)
+    for column in Memory.__table__.columns
+)
+
+
+def memory_view(row: Memory | Row[Any]) -> MemoryView:
     return MemoryView(
         id=row.id,
         namespace=row.namespace,

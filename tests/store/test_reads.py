@@ -40,6 +40,37 @@ def test_search_rows_only_active_of_namespace(db: Database) -> None:
     assert (rows[mine[0]].tags, rows[mine[0]].metadata) == (["x"], {"k": "v"})
 
 
+def test_many_reads_every_field_as_get_does(db: Database) -> None:
+    """``many`` reads with Core, ``get`` with the ORM: the views must be the same, field for
+    field (JSON tags and metadata, UTC times, booleans), and another namespace's are left out."""
+    mine = _add(
+        db,
+        "a",
+        _memory(
+            "one",
+            tags=["x", "y"],
+            metadata={"k": "v", "n": 3, "nested": {"ok": True}},
+            session_id="s1",
+            timestamp=NOW - DAY,
+            pinned=True,
+            importance=8,
+        ),
+        _memory("two", session_id="s1"),
+    )
+    theirs = _add(db, "b", _memory("three"))
+    _archive(db, "a", mine[1])
+    views = db.memories.many("a", [*mine, *theirs, 999_999])
+    assert views == [db.memories.get("a", mid) for mid in mine]
+    first = views[0]
+    assert (first.tags, first.metadata, first.pinned) == (
+        ("x", "y"),
+        {"k": "v", "n": 3, "nested": {"ok": True}},
+        True,
+    )
+    assert first.event_time == NOW - DAY and first.event_time.tzinfo is not None
+    assert list(db.memories.active("a", mine)) == [mine[0]]
+
+
 def test_filtered_rows_type_time_and_plain_metadata_narrowed_in_sql(db: Database) -> None:
     ids = _add(
         db,
