@@ -30,7 +30,7 @@ SECONDS_PER_DAY = 86_400.0
 class Parts:
     """The parts of relevance, each in [0, 1]."""
 
-    lexical: float = 0.0  # BM25 score / the query's best BM25 score
+    lexical: float = 0.0  # (BM25 score / the query's best BM25 score) ** lexical_exponent
     dense: float = 0.0  # cosine of the memory's vector, scaled over the candidates
     session: float = 0.0  # the memory's session's BM25 score / the best session's
     period: float = 0.0  # 1 when the memory's time falls in a period the query names
@@ -114,6 +114,19 @@ def recency_factor(age: float, half_life_days: float) -> float:
 
 
 # -- relevance parts ---------------------------------------------------------------------------
+
+
+def lexical_parts(scores: Mapping[int, float], exponent: float) -> dict[int, float]:
+    """Given memory_id -> BM25 score / the best score, return memory_id -> lexical part.
+
+    BM25 divided by the best is compressed: a memory sharing one or two of a question's words
+    often scores half of the best, while the cosine is stretched over the candidates (see
+    `dense_parts`). Raising it to ``exponent`` > 1 keeps the best at 1 and lowers partial
+    matches, so the two parts add up on comparable scales.
+    """
+    if exponent == 1.0:
+        return dict(scores)
+    return {memory_id: score**exponent for memory_id, score in scores.items()}
 
 
 def dense_parts(hits: Iterable[tuple[int, float]]) -> dict[int, float]:

@@ -37,6 +37,7 @@ from store.retrieval import (
     dense_parts,
     final_score,
     importance_factor,
+    lexical_parts,
     links_of,
     merge_activation,
     mix_scores,
@@ -297,17 +298,18 @@ def rank(
     Reads rows and relations from ``source``; everything else is pure.
     """
     namespace, filters = request.namespace, request.filters
+    lexical = lexical_parts(evidence.lexical, settings.lexical_exponent)
     dense = dense_parts((hit.memory_id, hit.similarity) for hit in evidence.hits)
-    candidates = list(dict.fromkeys([*evidence.lexical, *dense]))
+    candidates = list(dict.fromkeys([*lexical, *dense]))
     rows = _usable(source.search_rows(namespace, candidates), filters)
-    parts = {mid: _parts(rows[mid], evidence, dense) for mid in rows}
+    parts = {mid: _parts(rows[mid], evidence, lexical, dense) for mid in rows}
     relevances = {mid: relevance(p, settings) for mid, p in parts.items()}
     anchors = top_ids(relevances, settings.anchors)
     rows = {mid: rows[mid] for mid in anchors}
     seeds = {mid: relevances[mid] for mid in anchors[: settings.spread_seeds]}
     activation = _spread(seeds, rows, source, request, settings)
     for mid in rows.keys() - parts.keys():
-        parts[mid] = _parts(rows[mid], evidence, dense)
+        parts[mid] = _parts(rows[mid], evidence, lexical, dense)
     breakdowns = {
         mid: _breakdown(row, parts[mid], activation.get(mid, 0.0), settings, now)
         for mid, row in rows.items()
@@ -354,7 +356,9 @@ def _usable(rows: Mapping[int, SearchRow], filters: SearchFilters) -> dict[int, 
     return {mid: row for mid, row in rows.items() if filters.matches(row)}
 
 
-def _parts(row: SearchRow, evidence: Evidence, dense: Mapping[int, float]) -> Parts:
+def _parts(
+    row: SearchRow, evidence: Evidence, lexical: Mapping[int, float], dense: Mapping[int, float]
+) -> Parts:
     """Score one memory's parts. A memory that replaced others (an update that superseded a
     fact, a summary that merged fragments) scores in its own session or theirs, the better:
     it answers for what it replaced, where that was said."""
@@ -362,7 +366,7 @@ def _parts(row: SearchRow, evidence: Evidence, dense: Mapping[int, float]) -> Pa
     for replaced in row.replaced:
         session = max(session, session_part(replaced, evidence.sessions))
     return Parts(
-        lexical=evidence.lexical.get(row.id, 0.0),
+        lexical=lexical.get(row.id, 0.0),
         dense=dense.get(row.id, 0.0),
         session=session,
         period=period_part(row.event_time, evidence.periods) if evidence.periods else 0.0,

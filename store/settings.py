@@ -106,7 +106,10 @@ class RetrievalSettings(Section):
     half_life_days: float = Field(default=90.0, ge=0)
     recency_half_life_days: float = Field(default=30.0, gt=0)
     # Parts of the relevance score.
-    w_lexical: float = Field(default=1.0, ge=0)
+    w_lexical: float = Field(default=1.5, ge=0)
+    # The lexical part is (BM25 / the query's best BM25) ** lexical_exponent: above 1, a memory
+    # that matches a few of the query's words falls further behind the best match.
+    lexical_exponent: float = Field(default=1.5, gt=0, le=10)
     w_dense: float = Field(default=1.0, ge=0)
     w_session: float = Field(default=0.75, ge=0)
     w_period: float = Field(default=0.1, ge=0)

@@ -79,6 +79,10 @@ BASELINES: dict[str, Ranker] = {"bm25": bm25_ranker, "dense": dense_ranker, "rrf
 # Each ingredient of the default ranking, removed one at a time (re-ranking, all data).
 ABLATIONS: dict[str, dict[str, float | int]] = {
     "no dense (w_dense = 0)": {"w_dense": 0.0},
+    "BM25 part as divided by the best, weight 1 (lexical_exponent = w_lexical = 1)": {
+        "lexical_exponent": 1.0,
+        "w_lexical": 1.0,
+    },
     "no session score (w_session = 0)": {"w_session": 0.0},
     "no period bonus (w_period = 0)": {"w_period": 0.0},
     "no spreading (w_act = 0)": {"w_act": 0.0},

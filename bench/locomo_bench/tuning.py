@@ -27,6 +27,8 @@ FOLDS = (("A", range(0, 5)), ("B", range(5, 10)))  # conversations 0-4 and 5-9
 # weights of relevance and spreading, and the two new rules' settings: the candidate pools
 # and spread_seeds moved R@10 by less than 0.3 in earlier two-round searches (turn view only).
 GRID: dict[str, tuple[float | int, ...]] = {
+    "w_lexical": (1.0, 1.5, 2.0),
+    "lexical_exponent": (1.0, 1.5, 2.0),
     "w_dense": (0.5, 1.0, 1.5),
     "w_session": (0.25, 0.5, 0.75, 1.0),
     "w_act": (0.2, 0.4, 0.6),

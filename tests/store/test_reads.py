@@ -67,7 +67,8 @@ def test_many_reads_every_field_as_get_does(db: Database) -> None:
         {"k": "v", "n": 3, "nested": {"ok": True}},
         True,
     )
-    assert first.event_time == NOW - DAY and first.event_time.tzinfo is not None
+    assert first.event_time == NOW - DAY
+    assert first.event_time.tzinfo is not None
     assert list(db.memories.active("a", mine)) == [mine[0]]
 
 

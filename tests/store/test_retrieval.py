@@ -21,6 +21,7 @@ from store.retrieval import (
     dense_parts,
     final_score,
     importance_factor,
+    lexical_parts,
     links_of,
     merge_activation,
     parse_periods,
@@ -124,6 +125,13 @@ def test_dense_parts_scaled_between_last_and_best() -> None:
 
 def test_dense_parts_repeated_memory_keeps_best_similarity() -> None:
     assert dense_parts([(1, 0.9), (2, 0.5), (1, 0.4)]) == pytest.approx({1: 1.0, 2: 0.2})
+
+
+def test_lexical_parts_keep_the_best_at_one_and_lower_partial_matches() -> None:
+    scores = {1: 1.0, 2: 0.5, 3: 0.0}
+    assert lexical_parts(scores, 1.5) == pytest.approx({1: 1.0, 2: 0.5**1.5, 3: 0.0})
+    assert lexical_parts(scores, 1.0) == scores
+    assert lexical_parts({}, 2.0) == {}
 
 
 def test_dense_parts_lone_or_equal_hits_are_best_and_empty_is_empty() -> None:

@@ -28,7 +28,7 @@ from store.search import (
 )
 from store.service import Store
 from store.settings import IndexSettings, RetrievalSettings
-from store.vector_index import VectorIndex, VectorIndexError
+from store.vector_index import VectorHit, VectorIndex, VectorIndexError
 from store.views import Edge
 
 NOW = datetime(2023, 7, 1, 12, 0, tzinfo=UTC)
@@ -394,6 +394,26 @@ def test_rank_scores_a_replacement_in_the_sessions_of_what_it_replaced() -> None
     sessions = {item.memory_id: item.breakdown.session for item in ranked}
     assert sessions == {1: 0.25, 2: 1.0, 3: 0.25}
     assert ranked[0].memory_id == 2
+
+
+@pytest.mark.parametrize(("exponent", "first"), [(1.0, 2), (2.0, 1)])
+def test_rank_lexical_exponent_sharpens_partial_bm25_matches(exponent: float, first: int) -> None:
+    # Memory 1 matches the query's words best; memory 2 matches some of them and is nearer in
+    # the vector space. Divided by the best BM25 alone, the partial match wins on the sum.
+    settings = RetrievalSettings(spread_depth=0, w_lexical=1.0, lexical_exponent=exponent)
+    evidence = Evidence(
+        lexical={1: 1.0, 2: 0.6},
+        sessions={},
+        hits=(VectorHit(memory_id=2, similarity=0.9), VectorHit(memory_id=1, similarity=0.6),
+              VectorHit(memory_id=3, similarity=0.3)),
+        periods=(),
+    )  # fmt: skip
+    request = SearchRequest(namespace=NS, query="q")
+    ranked = rank(evidence, ChainSource(3, session=None), request, settings, now=NOW)
+    lexical = {item.memory_id: item.breakdown.lexical for item in ranked}
+    assert lexical[1] == 1.0
+    assert lexical[2] == pytest.approx(0.6**exponent)
+    assert ranked[0].memory_id == first
 
 
 @pytest.mark.parametrize(("depth", "reached"), [(0, [1]), (1, [1, 2]), (2, [1, 2, 3])])
