@@ -100,7 +100,7 @@ def create_app(
     app.add_middleware(ConsoleMount, console=ui)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     install_error_handlers(app)
-    install_openapi(app, keyed=bool(store.settings.api.keys))
+    install_openapi(app, keyed=bool(store.settings.api.keys), limits=store.limits)
     add_ingest_routes(app)
     add_search_route(app, store.settings.api.max_k)
     add_memory_routes(app)

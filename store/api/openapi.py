@@ -15,6 +15,7 @@ from store.api.auth import authenticate, presented_key
 from store.api.deps import api_state
 from store.api.errors import ApiError
 from store.api.responses import ErrorOut
+from store.schemas import Limits
 
 SECURITY_SCHEMES = {
     "bearerAuth": {
@@ -38,14 +39,16 @@ _WHY = {
     "401": "No API key, or an unknown one.",
     "413": "The body is larger than api.max_body_bytes.",
     "415": "The body is not declared as JSON (Content-Type: application/json).",
-    "422": "A parameter or the body is invalid; each problem is named.",
+    "422": "A parameter or the body is invalid; each problem is named. Besides the sizes the "
+    "schemas declare, an item's metadata may take at most ingest.max_metadata_bytes as JSON.",
     "503": "The database is unavailable; try again later.",
 }
 
 
-def install_openapi(app: FastAPI, *, keyed: bool) -> None:
+def install_openapi(app: FastAPI, *, keyed: bool, limits: Limits | None = None) -> None:
     """Make ``app.openapi()`` declare the key schemes and, on every ``/v1`` operation, the key
-    it needs (when ``keyed``, i.e. keys are configured) and the refusals it can answer."""
+    it needs (when ``keyed``, i.e. keys are configured) and the refusals it can answer; and,
+    given the store's ``limits``, the sizes its request bodies may have."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -53,6 +56,8 @@ def install_openapi(app: FastAPI, *, keyed: bool) -> None:
                 title=app.title, version=app.version, routes=app.routes, description=app.description
             )
             add_refusals(schema, keyed=keyed)
+            if limits is not None:
+                declare_limits(schema, limits)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -81,6 +86,43 @@ def add_refusals(schema: dict[str, Any], *, keyed: bool) -> None:
             for code in codes:
                 content = {"application/json": {"schema": _ERROR}}
                 responses.setdefault(code, {"description": _WHY[code], "content": content})
+
+
+# The request bodies whose sizes the configured ingest limits bound (store.schemas.Limits).
+_LIMITED = ("MemoryIn", "LogIn", "MemoryPatch")
+
+
+def declare_limits(node: Any, limits: Limits) -> None:
+    """Write the configured limits (``[ingest]``) into the request schemas, which pydantic
+    cannot know: a memory's or line's content at most ``max_content_chars``, at most
+    ``max_tags`` tags of ``max_tag_chars`` each, a batch of at most ``max_batch`` items. So a
+    body the document calls valid is one the app takes (metadata's size in bytes, which JSON
+    Schema cannot say, is in the 422 description)."""
+    if isinstance(node, list):
+        for item in node:
+            declare_limits(item, limits)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("title") in _LIMITED:
+        properties = node.get("properties", {})
+        for option in _options(properties.get("content"), "string"):
+            option["maxLength"] = limits.max_content_chars
+        for option in _options(properties.get("tags"), "array"):
+            option["maxItems"] = limits.max_tags
+            option.setdefault("items", {})["maxLength"] = limits.max_tag_chars
+    if node.get("type") == "array" and node.get("items", {}).get("title") in _LIMITED:
+        node["maxItems"] = limits.max_batch
+    for value in node.values():
+        declare_limits(value, limits)
+
+
+def _options(schema: Any, kind: str) -> list[dict[str, Any]]:
+    """The schema itself or those of its ``anyOf`` options that are of JSON type ``kind``."""
+    if not isinstance(schema, dict):
+        return []
+    options = [schema, *schema.get("anyOf", ())]
+    return [option for option in options if option.get("type") == kind]
 
 
 _MAX_ID = 2**63 - 1

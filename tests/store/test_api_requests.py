@@ -266,6 +266,30 @@ def test_openapi_of_an_open_api_requires_no_key(tmp_path: Path) -> None:
         )
 
 
+def test_openapi_declares_the_configured_sizes_and_the_app_holds_to_them(tmp_path: Path) -> None:
+    limits = IngestSettings(max_content_chars=50, max_tags=2, max_tag_chars=8, max_batch=3)
+    for client, _ in open_client(Settings(data_dir=tmp_path, ingest=limits)):
+        document = client.get("/openapi.json").json()
+        post = document["paths"]["/v1/memories"]["post"]["requestBody"]["content"]
+        one, many, wrapped = post["application/json"]["schema"]["anyOf"]
+        patch = document["components"]["schemas"]["MemoryPatch"]["properties"]
+        patch_tags = next(o for o in patch["tags"]["anyOf"] if o.get("type") == "array")
+        for tags in (one["properties"]["tags"], patch_tags):
+            assert (tags["maxItems"], tags["items"]["maxLength"]) == (2, 8)
+        assert one["properties"]["content"]["maxLength"] == 50
+        assert many["maxItems"] == wrapped["properties"]["items"]["maxItems"] == 3
+        # What the document allows is taken; one character or one tag more is refused.
+        at_limit = {"content": "c" * 50, "tags": ["t" * 8, "u" * 8]}
+        created = client.post("/v1/memories", json=at_limit)
+        assert created.status_code == 201, created.text
+        memory_id = created.json()["ids"][0]
+        edited = client.patch(f"/v1/memories/{memory_id}", json={"tags": ["v" * 8]})
+        assert edited.status_code == 200, edited.text
+        for over in ({"tags": ["v" * 9]}, {"tags": ["a", "b", "c"]}, {"content": "c" * 51}):
+            refused = client.patch(f"/v1/memories/{memory_id}", json=over)
+            assert refused.status_code == 422, (over, refused.text)
+
+
 def _shape(path: str) -> str:
     return re.sub(r"\{[^}]+\}", "{}", path)
 
