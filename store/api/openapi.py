@@ -45,10 +45,10 @@ _WHY = {
 }
 
 
-def install_openapi(app: FastAPI, *, keyed: bool, limits: Limits | None = None) -> None:
+def install_openapi(app: FastAPI, *, keyed: bool, limits: Limits) -> None:
     """Make ``app.openapi()`` declare the key schemes and, on every ``/v1`` operation, the key
-    it needs (when ``keyed``, i.e. keys are configured) and the refusals it can answer; and,
-    given the store's ``limits``, the sizes its request bodies may have."""
+    it needs (when ``keyed``, i.e. keys are configured) and the refusals it can answer; and the
+    sizes its request bodies may have (the store's ``limits``)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -56,8 +56,7 @@ def install_openapi(app: FastAPI, *, keyed: bool, limits: Limits | None = None) 
                 title=app.title, version=app.version, routes=app.routes, description=app.description
             )
             add_refusals(schema, keyed=keyed)
-            if limits is not None:
-                declare_limits(schema, limits)
+            declare_limits(schema, limits)
             app.openapi_schema = schema
         return app.openapi_schema
 
