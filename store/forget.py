@@ -15,11 +15,11 @@ stays. ``plan_forget`` lists all of it with the reason, for a dry run, before an
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, or_, select
+from sqlalchemy import ColumnElement, Text, and_, cast, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from store.errors import NotFound
@@ -39,6 +39,14 @@ from store.unit import UnitOfWork, tombstone
 # that string as quoting it (a label cut at 60 characters, a verdict's reason, a stored plan).
 SHINGLE = 24
 FORGOTTEN = "[forgotten]"
+# Stored JSON text that may quote is found by pieces of half a shingle (a run of SHINGLE
+# characters always holds one of those that start at multiples of PIECE), then by the runs
+# themselves. Past MAX_PIECES of either (a forget of hundreds of memories, a very long text),
+# every image is decoded and searched instead.
+PIECE = SHINGLE // 2
+MAX_PIECES = 20_000
+# Images of a namespace's operations read per query when a forget or a purge rewrites them.
+REWRITE_PAGE = 5000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,7 +264,6 @@ def _source_logs(session: Session, namespace: str, memories: Iterable[Memory]) -
 
 def _scrub_records(session: Session, plan: ForgetPlan) -> None:
     """Remove the forgotten content from every record of the namespace."""
-    ids, relations = plan.ids, set(plan.relations)
     quotes = Quotes(plan.texts)
     records = session.scalars(
         select(MaintenanceRecord).where(MaintenanceRecord.namespace == plan.namespace)
@@ -265,41 +272,107 @@ def _scrub_records(session: Session, plan: ForgetPlan) -> None:
         record.stats = quotes.scrub(record.stats or {})
         if record.error:
             record.error = quotes.scrub(record.error)
-    operations = session.scalars(
-        select(MaintenanceOperation)
-        .join(MaintenanceRecord, MaintenanceRecord.id == MaintenanceOperation.record_id)
-        .where(MaintenanceRecord.namespace == plan.namespace)
-    ).all()
-    for op in operations:
-        gone = (op.target_kind == "memory" and op.target_id in ids) or (
-            op.target_kind == "relation" and (op.target_id in relations or _touches(op, ids))
-        )
-        if gone:
-            op.before = tombstone(op.before, op.target_id)
-            op.after = tombstone(op.after, op.target_id)
-        else:
-            op.before = quotes.scrub(op.before) if op.before is not None else None
-            op.after = quotes.scrub(op.after) if op.after is not None else None
+    _scrub_operations(session, plan, quotes)
+
+
+def _scrub_operations(session: Session, plan: ForgetPlan, quotes: Quotes) -> None:
+    """Tombstone the images of the forgotten rows; replace what quotes them in the others."""
+    ids, relations = plan.ids, set(plan.relations)
+
+    def scrubbed(kind: str, target_id: int, before: JsonText, after: JsonText) -> NewImages:
+        if (kind == "memory" and target_id in ids) or (
+            kind == "relation" and (target_id in relations or _names_an_end(ids, before, after))
+        ):
+            return _tombstones(target_id, before, after)
+        if not quotes.may_quote(before, after):
+            return None
+        return quotes.scrub(_image(before)), quotes.scrub(_image(after))
+
+    _rewrite_images(session, plan.namespace, scrubbed)
 
 
 def drop_images(session: Session, namespace: str, memory_ids: set[int]) -> None:
     """Keep only tombstones of these memories (and their relations) in every record: what
     retention purges leaves no content behind in the records that once changed it."""
-    operations = session.scalars(
-        select(MaintenanceOperation)
-        .join(MaintenanceRecord, MaintenanceRecord.id == MaintenanceOperation.record_id)
+    op = MaintenanceOperation
+
+    def dropped(kind: str, target_id: int, before: JsonText, after: JsonText) -> NewImages:
+        if kind == "relation" and not _names_an_end(memory_ids, before, after):
+            return None
+        return _tombstones(target_id, before, after)
+
+    # A relation's image names its ends: only one whose text holds an id's digits can.
+    texts = (cast(op.before, Text), cast(op.after, Text))
+    naming = [text.contains(str(memory_id)) for memory_id in memory_ids for text in texts]
+    where = or_(
+        and_(op.target_kind == "memory", op.target_id.in_(sorted(memory_ids))),
+        and_(op.target_kind == "relation", or_(*naming)),
+    )
+    _rewrite_images(session, namespace, dropped, where=where)
+
+
+# -- rewriting images ----------------------------------------------------------------------------
+
+JsonText = str | None  # an image as the database holds it
+NewImages = tuple[dict[str, Any] | None, dict[str, Any] | None] | None  # (before, after)
+
+
+def _rewrite_images(
+    session: Session,
+    namespace: str,
+    rewrite: Callable[[str, int, JsonText, JsonText], NewImages],
+    *,
+    where: ColumnElement[bool] | None = None,
+) -> None:
+    """Write back the images of the namespace's operations (``where`` they match) that
+    ``rewrite(target_kind, target_id, before, after)`` changes.
+
+    A namespace of a million memories holds millions of images (each ingested memory leaves
+    one), so they are read a page at a time, as JSON text: ``rewrite`` decodes only those it
+    must look into."""
+    op = MaintenanceOperation
+    page = (
+        select(op.id, op.target_kind, op.target_id, cast(op.before, Text), cast(op.after, Text))
+        .join(MaintenanceRecord, MaintenanceRecord.id == op.record_id)
         .where(MaintenanceRecord.namespace == namespace)
-    ).all()
-    for op in operations:
-        if (op.target_kind == "memory" and op.target_id in memory_ids) or (
-            op.target_kind == "relation" and _touches(op, memory_ids)
-        ):
-            op.before = tombstone(op.before, op.target_id)
-            op.after = tombstone(op.after, op.target_id)
+        .order_by(op.id)
+        .limit(REWRITE_PAGE)
+    )
+    if where is not None:
+        page = page.where(where)
+    after_id = 0
+    while rows := session.execute(page.where(op.id > after_id)).all():
+        changes = []
+        for op_id, kind, target_id, before_text, after_text in rows:
+            images = rewrite(kind, target_id, before_text, after_text)
+            if images is not None and images != (_image(before_text), _image(after_text)):
+                changes.append({"id": op_id, "before": images[0], "after": images[1]})
+        if changes:
+            session.execute(update(op), changes)  # by primary key
+        after_id = rows[-1][0]
 
 
-def _touches(op: MaintenanceOperation, ids: set[int]) -> bool:
-    image = op.after or op.before or {}
+def _image(text: JsonText) -> dict[str, Any] | None:
+    return None if text is None else json.loads(text)
+
+
+def _tombstones(target_id: int, before: JsonText, after: JsonText) -> NewImages:
+    return tombstone(_image(before), target_id), tombstone(_image(after), target_id)
+
+
+def _names_an_end(ids: set[int], before: JsonText, after: JsonText) -> bool:
+    """Tell whether a relation's image has one of ``ids`` at an end; decoded only if its text
+    holds one's digits (or there are too many ids to look for)."""
+    if len(ids) <= MAX_PIECES and not any(
+        text is not None and str(memory_id) in text for text in (before, after) for memory_id in ids
+    ):
+        return False
+    return _touches(_image(after) or _image(before), ids)
+
+
+def _touches(image: Mapping[str, Any] | None, ids: set[int]) -> bool:
+    """Tell whether a relation's image has a forgotten memory at one of its ends."""
+    image = image or {}
     return image.get("source_id") in ids or image.get("target_id") in ids
 
 
@@ -314,11 +387,28 @@ class Quotes:
             if len(text) >= SHINGLE
             for i in range(len(text) - SHINGLE + 1)
         }
+        self._pieces = _escaped(_pieces(self._whole))
+        self._escaped_runs = _escaped([*self._runs, *(t for t in self._whole if len(t) < SHINGLE)])
 
     def quotes(self, value: str) -> bool:
         if any(text in value for text in self._whole):
             return True
         return any(value[i : i + SHINGLE] in self._runs for i in range(len(value) - SHINGLE + 1))
+
+    def may_quote(self, *json_texts: str | None) -> bool:
+        """Tell whether JSON texts may hold a string that `quotes` (False: surely none does).
+
+        Such a string holds a run (or a whole text shorter than a run), so the JSON text holds
+        it as JSON escapes it, character by character. The runs are many; the pieces, few,
+        rule out most texts first."""
+        texts = [text for text in json_texts if text is not None]
+        if self._pieces is None or self._escaped_runs is None:
+            return bool(texts)
+        return any(
+            any(piece in text for piece in self._pieces)
+            and any(run in text for run in self._escaped_runs)
+            for text in texts
+        )
 
     def scrub(self, value: Any) -> Any:
         """Return the value (JSON data or a string) with every quoting string replaced."""
@@ -329,6 +419,31 @@ class Quotes:
         if isinstance(value, list | tuple):
             return [self.scrub(item) for item in value]
         return value
+
+
+def _pieces(texts: Iterable[str]) -> list[str]:
+    """Return what a string quoting one of ``texts`` holds one of: each text shorter than a
+    shingle, and the PIECE-long pieces of the others that start at multiples of PIECE (a run
+    text[i : i + SHINGLE] holds the one at the first multiple of PIECE from i)."""
+    pieces: list[str] = []
+    for text in texts:
+        if len(text) < SHINGLE:
+            pieces.append(text)
+        else:
+            pieces += [text[i : i + PIECE] for i in range(0, len(text) - PIECE + 1, PIECE)]
+    return pieces
+
+
+def _escaped(strings: Iterable[str]) -> tuple[str, ...] | None:
+    """Return the strings as JSON writes them, with and without ASCII escapes, longest first;
+    None if there are more than MAX_PIECES (a forget of many memories: decode everything)."""
+    forms: set[str] = set()
+    for string in strings:
+        forms.add(json.dumps(string)[1:-1])
+        forms.add(json.dumps(string, ensure_ascii=False)[1:-1])
+        if len(forms) > MAX_PIECES:
+            return None
+    return tuple(sorted(forms, key=len, reverse=True))
 
 
 def erasure_stats(plan: ForgetPlan, *, by: str | None) -> dict[str, Any]:

@@ -132,6 +132,33 @@ def test_apply_purge_only_tombstones_and_relinks_timeline(db: Database) -> None:
     assert all(i is None or "content" not in i for i in images)
 
 
+def test_apply_purge_drops_the_images_of_its_relations_and_only_theirs(db: Database) -> None:
+    ids = seed(db, 3)
+    linked = db.writer.apply(
+        "ns",
+        "linker",
+        [
+            CreateRelation(source=ids[1], target=ids[0], type="causal", strength=0.2),
+            CreateRelation(source=ids[0], target=ids[2], type="causal", strength=0.2),
+        ],
+        now=NOW,
+    )
+    _, before = db.records.get(linked.record_id)  # type: ignore[arg-type]
+    db.writer.apply(
+        "ns", "auditor", [SetStatus(memory_id=ids[1], status=MemoryStatus.ARCHIVED)], now=NOW
+    )
+    db.writer.apply("ns", "retention", [Purge(memory_id=ids[1])], now=NOW)
+    _, after = db.records.get(linked.record_id)  # type: ignore[arg-type]
+    # The relation to the purged memory is left a tombstone; the other keeps its image (it
+    # names other memories, though the digits of the purged one's id appear in it).
+    touching, other = after
+    assert touching.after is not None
+    assert touching.after["forgotten"] is True
+    assert other.after == before[1].after
+    assert other.after is not None
+    assert (other.after["source_id"], other.after["target_id"]) == (ids[0], ids[2])
+
+
 def test_apply_nothing_to_do_leaves_no_record(db: Database) -> None:
     ids = seed(db, 1)
     applied = db.writer.apply(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from store import edits
+from store import edits, forget
 from store.database import Database
 from store.db import session_factory
 from store.errors import NotFound, ValidationFailed
@@ -223,6 +223,52 @@ def test_forget_erases_the_content_everywhere_and_keeps_an_erasure_record(db: Da
             select(IndexOutbox.memory_id).where(IndexOutbox.action == "delete")
         ).all()
     assert set(gone) <= set(drops)
+
+
+def _images(db: Database) -> dict[int, tuple[object, object]]:
+    with session_factory(db.engine)() as session:
+        return {
+            op.id: (op.before, op.after) for op in session.scalars(select(MaintenanceOperation))
+        }
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list | tuple):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def test_forget_scrubs_every_page_of_images_whatever_json_escapes(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Accents, quotes, a backslash and a newline: JSON writes each of them escaped.
+    secret = 'Zoë said "the café key" is in C:\\keys\\zoë\nunder the señor\'s mat'
+    ids = seed(db, [secret, "walked the dog", "bought a bike"])
+    quoting = f"she told me: {secret[4:40]}!"
+    edits.edit(db.writer, "ns", ids[1], {"content": quoting}, now=NOW)
+    before = _images(db)
+    monkeypatch.setattr(forget, "REWRITE_PAGE", 2)  # the images are read in several pages
+
+    edits.forget(db.writer, "ns", ForgetSelection(ids=(ids[0],)), now=NOW)
+
+    # (The forget's own record holds the quoting memory as it is now: it stays, as it was.)
+    after = {op_id: images for op_id, images in _images(db).items() if op_id in before}
+    changed = {op_id for op_id in before if after[op_id] != before[op_id]}
+    strings = [s for images in after.values() for s in _strings(images)]
+    assert not [s for s in strings if secret[10:34] in s or "Zoë said" in s]
+    assert "[forgotten]" in strings  # the edit's image of the quoting memory
+    assert "walked the dog" in strings  # ... keeps what it held before the edit
+    # Only the forgotten memory's images and the quoting one changed; the others are as they were.
+    with session_factory(db.engine)() as session:
+        targets = dict(
+            session.execute(select(MaintenanceOperation.id, MaintenanceOperation.target_id)).all()
+        )
+    assert {targets[op_id] for op_id in changed} == {ids[0], ids[1]}
+    assert all(after[op_id] == before[op_id] for op_id in before if targets[op_id] == ids[2])
 
 
 def test_forget_with_logs_takes_the_lines_the_memory_came_from(db: Database) -> None:
