@@ -294,6 +294,8 @@ def _scrub_operations(session: Session, plan: ForgetPlan, quotes: Quotes) -> Non
 def drop_images(session: Session, namespace: str, memory_ids: set[int]) -> None:
     """Keep only tombstones of these memories (and their relations) in every record: what
     retention purges leaves no content behind in the records that once changed it."""
+    if not memory_ids:
+        return
     op = MaintenanceOperation
 
     def dropped(kind: str, target_id: int, before: JsonText, after: JsonText) -> NewImages:
