@@ -14,6 +14,7 @@ stays. ``plan_forget`` lists all of it with the reason, for a dry run, before an
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -390,7 +391,8 @@ class Quotes:
             for i in range(len(text) - SHINGLE + 1)
         }
         self._pieces = _escaped(_pieces(self._whole))
-        self._escaped_runs = _escaped([*self._runs, *(t for t in self._whole if len(t) < SHINGLE)])
+        short = (text for text in self._whole if len(text) < SHINGLE)
+        self._escaped_runs = _escaped(itertools.chain(self._runs, short))
 
     def quotes(self, value: str) -> bool:
         if any(text in value for text in self._whole):
