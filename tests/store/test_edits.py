@@ -255,7 +255,8 @@ def test_forget_scrubs_every_page_of_images_whatever_json_escapes(
 
     edits.forget(db.writer, "ns", ForgetSelection(ids=(ids[0],)), now=NOW)
 
-    # (The forget's own record holds the quoting memory as it is now: it stays, as it was.)
+    # Only the images made before the forget: its own record holds the quoting memory's text
+    # as the live memory still does (a forget leaves other memories' text alone).
     after = {op_id: images for op_id, images in _images(db).items() if op_id in before}
     changed = {op_id for op_id in before if after[op_id] != before[op_id]}
     strings = [s for images in after.values() for s in _strings(images)]
