@@ -287,7 +287,8 @@ def _scrub_operations(session: Session, plan: ForgetPlan, quotes: Quotes) -> Non
             return _tombstones(target_id, before, after)
         if not quotes.may_quote(before, after):
             return None
-        return quotes.scrub(_image(before)), quotes.scrub(_image(after))
+        images = _image(before), _image(after)
+        return _changed(images, (quotes.scrub(images[0]), quotes.scrub(images[1])))
 
     _rewrite_images(session, plan.namespace, scrubbed)
 
@@ -317,7 +318,8 @@ def drop_images(session: Session, namespace: str, memory_ids: set[int]) -> None:
 # -- rewriting images ----------------------------------------------------------------------------
 
 JsonText = str | None  # an image as the database holds it
-NewImages = tuple[dict[str, Any] | None, dict[str, Any] | None] | None  # (before, after)
+Images = tuple[dict[str, Any] | None, dict[str, Any] | None]  # (before, after), decoded
+NewImages = Images | None  # None: keep them
 
 
 def _rewrite_images(
@@ -328,7 +330,7 @@ def _rewrite_images(
     where: ColumnElement[bool] | None = None,
 ) -> None:
     """Write back the images of the namespace's operations (``where`` they match) that
-    ``rewrite(target_kind, target_id, before, after)`` changes.
+    ``rewrite(target_kind, target_id, before, after)`` changes (it returns None for the rest).
 
     A namespace of a million memories holds millions of images (each ingested memory leaves
     one), so they are read a page at a time, as JSON text: ``rewrite`` decodes only those it
@@ -348,7 +350,7 @@ def _rewrite_images(
         changes = []
         for op_id, kind, target_id, before_text, after_text in rows:
             images = rewrite(kind, target_id, before_text, after_text)
-            if images is not None and images != (_image(before_text), _image(after_text)):
+            if images is not None:
                 changes.append({"id": op_id, "before": images[0], "after": images[1]})
         if changes:
             session.execute(update(op), changes)  # by primary key
@@ -360,7 +362,13 @@ def _image(text: JsonText) -> dict[str, Any] | None:
 
 
 def _tombstones(target_id: int, before: JsonText, after: JsonText) -> NewImages:
-    return tombstone(_image(before), target_id), tombstone(_image(after), target_id)
+    images = _image(before), _image(after)
+    return _changed(images, (tombstone(images[0], target_id), tombstone(images[1], target_id)))
+
+
+def _changed(old: Images, new: Images) -> NewImages:
+    """The new images, or None if they are the old ones (a tombstone stays as it is)."""
+    return None if new == old else new
 
 
 def _names_an_end(ids: set[int], before: JsonText, after: JsonText) -> bool:
