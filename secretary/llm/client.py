@@ -10,6 +10,7 @@ litellm is imported on first use: importing it takes seconds.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
@@ -404,6 +405,9 @@ def import_litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
+    # pydantic (>= 2.12) warns, on the first reply, that litellm's response types mark TypedDict
+    # items ReadOnly: nothing the daemon's log needs.
+    warnings.filterwarnings("ignore", message=".*`ReadOnly` qualifier", category=UserWarning)
     # litellm prints a "Give Feedback / Get Help" banner to stdout on failures; we report them.
     litellm.suppress_debug_info = True
     # Token counts only estimate budgets: never download a Hugging Face tokenizer for them
