@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,16 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration (a test keeps it equal to Alembic's head). Checking the schema against
 # it needs no Alembic: importing Alembic costs every serving process ~9 MB of memory.
 HEAD_REVISION = "0007"
+
+
+CHUNK = 500  # ids per IN (...) clause; well below every backend's parameter limit
+
+
+def chunks(ids: Iterable[int]) -> Iterator[list[int]]:
+    """Yield the distinct ids, sorted, in lists of at most CHUNK."""
+    ordered = sorted(set(ids))
+    for start in range(0, len(ordered), CHUNK):
+        yield ordered[start : start + CHUNK]
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

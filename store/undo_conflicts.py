@@ -7,13 +7,14 @@ checks are pure functions over a Snapshot; ``read_snapshot`` alone reads the dat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from store.db import CHUNK, chunks
 from store.images import memory_image, relation_image
 from store.models import Memory, MemoryRelation
 
@@ -23,7 +24,6 @@ Action = Literal["delete", "restore", "recreate"]
 
 RECALL_FIELDS = frozenset({"access_count", "last_accessed", "base_importance"})
 LINK_FIELDS = ("prev_id", "next_id", "replaced_by_id")
-_CHUNK = 500  # ids per IN (...) clause
 
 
 # -- steps and conflicts ------------------------------------------------------------------------
@@ -275,12 +275,6 @@ def find_conflicts(steps: Sequence[UndoStep], snap: Snapshot) -> tuple[Conflict,
 # -- reading the database ----------------------------------------------------------------------
 
 
-def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
-    ordered = sorted(set(ids))
-    for start in range(0, len(ordered), _CHUNK):
-        yield ordered[start : start + _CHUNK]
-
-
 def _memory_ids(steps: Sequence[UndoStep]) -> set[int]:
     ids = {s.target_id for s in steps if s.kind == "memory"}
     for step in steps:
@@ -291,7 +285,7 @@ def _memory_ids(steps: Sequence[UndoStep]) -> set[int]:
 def read_snapshot(session: Session, namespace: str, steps: Sequence[UndoStep]) -> Snapshot:
     """Read what the steps' conflict checks need to know, in chunks of ids."""
     memories: dict[int, Image] = {}
-    for chunk in _chunks(_memory_ids(steps)):
+    for chunk in chunks(_memory_ids(steps)):
         memories.update(
             {
                 m.id: memory_image(m)
@@ -299,7 +293,7 @@ def read_snapshot(session: Session, namespace: str, steps: Sequence[UndoStep]) -
             }
         )
     relations: dict[int, Image] = {}
-    for chunk in _chunks(s.target_id for s in steps if s.kind == "relation"):
+    for chunk in chunks(s.target_id for s in steps if s.kind == "relation"):
         rows = session.scalars(select(MemoryRelation).where(MemoryRelation.id.in_(chunk)))
         relations.update({r.id: relation_image(r) for r in rows})
     deleted = [s.target_id for s in steps if s.kind == "memory" and s.action == "delete"]
@@ -319,7 +313,7 @@ def _referrers(
     session: Session, memory_ids: Sequence[int]
 ) -> dict[int, tuple[tuple[str, int, str], ...]]:
     found: dict[int, list[tuple[str, int, str]]] = {}
-    for chunk in _chunks(memory_ids):
+    for chunk in chunks(memory_ids):
         links = [getattr(Memory, name) for name in LINK_FIELDS]
         rows = session.execute(
             select(Memory.id, *links).where(or_(*(link.in_(chunk) for link in links)))
@@ -342,11 +336,11 @@ def _referrers(
 
 def _external_ids(session: Session, namespace: str, external: Sequence[str]) -> dict[str, int]:
     found: dict[str, int] = {}
-    for start in range(0, len(external), _CHUNK):
+    for start in range(0, len(external), CHUNK):
         rows = session.execute(
             select(Memory.external_id, Memory.id).where(
                 Memory.namespace == namespace,
-                Memory.external_id.in_(external[start : start + _CHUNK]),
+                Memory.external_id.in_(external[start : start + CHUNK]),
             )
         )
         found.update({ext: mid for ext, mid in rows if ext is not None})
@@ -356,7 +350,7 @@ def _external_ids(session: Session, namespace: str, external: Sequence[str]) -> 
 def _edges(session: Session, images: Sequence[Image]) -> dict[tuple[int, int, str], int]:
     wanted = {(i["source_id"], i["target_id"], i["type"]) for i in images}
     found: dict[tuple[int, int, str], int] = {}
-    for chunk in _chunks(source for source, _, _ in wanted):
+    for chunk in chunks(source for source, _, _ in wanted):
         rows = session.execute(
             select(
                 MemoryRelation.source_id,

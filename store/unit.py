@@ -18,14 +18,16 @@ tables.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, bindparam, select, tuple_
 from sqlalchemy.orm import Session
 
+from store.db import chunks
 from store.errors import NotFound
 from store.images import CONTENT_FIELDS, memory_image, relation_image
 from store.kinds import MemoryStatus, Outcome
@@ -41,6 +43,35 @@ from store.models import (
 from store.record_info import RecordInfo, Settlement
 
 Row = Memory | MemoryRelation
+
+# A memory's place on the timeline is compared as a row value: SQLite and PostgreSQL answer
+# "(event_time, id) < (?, ?)" with a range of ix_memories_timeline, where the same test
+# spelled as an OR of two made SQLite walk the namespace's whole index (2 ms a lookup at 8,000
+# memories, against 0.03 ms).
+_MEMORIES = Memory.__table__.c
+_PLACE = tuple_(_MEMORIES.event_time, _MEMORIES.id)
+_AT = tuple_(
+    bindparam("event_time", type_=_MEMORIES.event_time.type),
+    bindparam("id", type_=_MEMORIES.id.type),
+)
+_ON_TIMELINE = and_(
+    _MEMORIES.namespace == bindparam("namespace"),
+    _MEMORIES.status == MemoryStatus.ACTIVE.value,
+)
+# The active memory nearest before (after) a place: built once, run on the connection (the
+# ORM's statement building and execution cost 1-2 ms per lookup).
+_NEAREST_BEFORE = (
+    select(_MEMORIES.id)
+    .where(_ON_TIMELINE, _PLACE < _AT)
+    .order_by(_MEMORIES.event_time.desc(), _MEMORIES.id.desc())
+    .limit(1)
+)
+_NEAREST_AFTER = (
+    select(_MEMORIES.id)
+    .where(_ON_TIMELINE, _PLACE > _AT)
+    .order_by(_MEMORIES.event_time, _MEMORIES.id)
+    .limit(1)
+)
 
 
 @dataclass
@@ -159,6 +190,13 @@ class UnitOfWork:
         self.session.flush()
         self.created(row)
 
+    def add_all(self, rows: Sequence[Row]) -> None:
+        """Insert new rows in one flush (one multi-row INSERT per table) and register them."""
+        self.session.add_all(rows)
+        self.session.flush()
+        for row in rows:
+            self.created(row)
+
     def created(self, row: Row) -> None:
         """Register a row this transaction created (it must be flushed, so it has an id)."""
         self._remember(row, before=None)
@@ -209,7 +247,7 @@ class UnitOfWork:
             Memory.id.not_in([mid, *skip]),
             Memory.status == MemoryStatus.ACTIVE.value,
         )
-        before_it = or_(Memory.event_time < at, and_(Memory.event_time == at, Memory.id < mid))
+        before_it = tuple_(at, mid) > _PLACE
         pred = self.session.scalars(
             select(Memory)
             .where(others, before_it)
@@ -221,7 +259,7 @@ class UnitOfWork:
         else:
             succ = self.session.scalars(
                 select(Memory)
-                .where(others, ~before_it)
+                .where(others, tuple_(at, mid) < _PLACE)
                 .order_by(Memory.event_time, Memory.id)
                 .limit(1)
             ).first()
@@ -233,6 +271,54 @@ class UnitOfWork:
         if succ is not None:
             self.touch(succ)
             succ.prev_id = mid
+
+    def link_all_into_timeline(self, memories: Sequence[Memory]) -> None:
+        """Place flushed new memories of this namespace into its timeline at once.
+
+        The same links as placing them one by one (`link_into_timeline`), in a query per
+        memory and one per run rather than ORM loads and a flush each. In (event_time, id)
+        order, the new memories fall into runs that no stored memory separates: a memory's
+        nearest predecessor is either the previous new one (same run) or a stored memory (the
+        run's predecessor); the run's successor is the nearest memory after its last one, which
+        is stored (or none). Each run is chained and spliced between the two.
+        """
+        if not memories:
+            return
+        batch = sorted(memories, key=lambda m: (m.event_time, m.id))
+        new = {m.id for m in batch}
+        runs: list[tuple[int | None, list[Memory]]] = []  # (stored predecessor, the run)
+        with self.session.no_autoflush:
+            for memory in batch:
+                pred = self._nearest(memory, before=True)
+                if pred is not None and pred in new:
+                    runs[-1][1].append(memory)
+                else:
+                    runs.append((pred, [memory]))
+            ends = [(pred, run, self._nearest(run[-1], before=False)) for pred, run in runs]
+            stored = {i for pred, _, succ in ends for i in (pred, succ) if i is not None}
+            rows = {
+                row.id: row
+                for ids in chunks(stored)
+                for row in self.session.scalars(select(Memory).where(Memory.id.in_(ids)))
+            }
+        for pred, run, succ in ends:
+            for left, right in pairwise(run):
+                left.next_id, right.prev_id = right.id, left.id
+            run[0].prev_id, run[-1].next_id = pred, succ
+            if pred is not None:
+                self.touch(rows[pred])
+                rows[pred].next_id = run[0].id
+            if succ is not None:
+                self.touch(rows[succ])
+                rows[succ].prev_id = run[-1].id
+
+    def _nearest(self, memory: Memory, *, before: bool) -> int | None:
+        """Return the id of the active memory nearest before (or after) ``memory`` on the
+        namespace's timeline, new memories of this transaction included (they are flushed)."""
+        place = {"namespace": self.namespace, "event_time": memory.event_time, "id": memory.id}
+        query = _NEAREST_BEFORE if before else _NEAREST_AFTER
+        found: int | None = self.session.connection().execute(query, place).scalar()
+        return found
 
     def splice_out(self, memory: Memory, *, record_self: bool = True) -> None:
         """Take a memory out of the timeline, joining its neighbours.

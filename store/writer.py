@@ -28,7 +28,7 @@ from store.conflicts import (
     resolve_logs,
     resolve_memories,
 )
-from store.db import session_factory, transaction
+from store.db import chunks, session_factory, transaction
 from store.errors import IdConflict, ValidationFailed
 from store.export_lines import (
     NAMESPACE_KINDS,
@@ -40,7 +40,6 @@ from store.export_lines import (
 from store.kinds import MemoryStatus
 from store.models import ConversationLog, IndexOutbox, MaintenanceRecord, Memory
 from store.operations import UPDATABLE, Operation, UpdateMemory
-from store.reads.rows import chunks
 from store.record_info import RecordInfo, Settlement
 from store.restoring import advance_ids, check_export, insert_memories, new_relations
 from store.schemas import LogIn, MemoryIn
@@ -182,24 +181,25 @@ class Writer:
             problems = resolution.conflicts(labels, update=update, hint=UPDATE_HINT)
             if problems:
                 raise IdConflict(problems)
-            ids: list[int] = []
-            created: list[int] = []
+            slots: list[int | Memory] = []  # each item's memory: stored id, or new row
+            new: list[Memory] = []
             updated: list[int] = []
             for index, item in enumerate(items):
                 found = resolution.found.get(index)
                 if index in resolution.repeats:
-                    ids.append(ids[resolution.repeats[index]])
+                    slots.append(slots[resolution.repeats[index]])
                 elif found is not None:
                     if found.differs:
                         _update_memory(unit, found.row_id, item)
                         updated.append(found.row_id)
-                    ids.append(found.row_id)
+                    slots.append(found.row_id)
                 else:
-                    memory = _new_memory(namespace, item, now=now, source=source)
-                    unit.add(memory)
-                    unit.link_into_timeline(memory)
-                    ids.append(memory.id)
-                    created.append(memory.id)
+                    new.append(_new_memory(namespace, item, now=now, source=source))
+                    slots.append(new[-1])
+            unit.add_all(new)
+            unit.link_all_into_timeline(new)
+            ids = [slot if isinstance(slot, int) else slot.id for slot in slots]
+            created = [memory.id for memory in new]
             if updated:
                 unit.record.stats = {**unit.record.stats, "updated": len(updated)}
         record_id = unit.record.id if unit.kept else None

@@ -10,11 +10,11 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Engine, and_, bindparam, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute
 
-from store.db import session_factory
+from store.db import chunks, session_factory
 from store.images import memory_image, relation_image
 from store.kinds import TOMBSTONES, MemoryStatus
 from store.models import Memory, MemoryRelation
-from store.reads.rows import MEMORY_COLUMNS, chunks, memory_view
+from store.reads.rows import MEMORY_COLUMNS, memory_view
 from store.views import MemoryView
 
 _ACTIVE = MemoryStatus.ACTIVE.value

@@ -10,11 +10,11 @@ from datetime import UTC, date, datetime, time, timedelta
 from sqlalchemy import Engine, func, select
 
 from store.changes import change_kind, ordered
-from store.db import session_factory
+from store.db import chunks, session_factory
 from store.errors import NotFound
 from store.kinds import RecordStatus
 from store.models import MaintenanceOperation, MaintenanceRecord
-from store.reads.rows import chunks, operation_view, record_view
+from store.reads.rows import operation_view, record_view
 from store.views import OperationView, RecordView
 
 

@@ -1,24 +1,13 @@
-"""Turning ORM rows into frozen views, and reading ids in chunks."""
+"""Turning ORM rows into frozen views."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sqlalchemy import Row
 
 from store.models import MaintenanceOperation, MaintenanceRecord, Memory
 from store.views import MemoryView, OperationView, RecordView
-
-CHUNK = 500  # ids per IN (...) clause; well below every backend's parameter limit
-
-
-def chunks(ids: Iterable[int]) -> Iterator[list[int]]:
-    """Yield the distinct ids, sorted, in lists of at most CHUNK."""
-    ordered = sorted(set(ids))
-    for start in range(0, len(ordered), CHUNK):
-        yield ordered[start : start + CHUNK]
-
 
 # Every column of a memory, labelled with its ORM attribute's name ("metadata_"), so that a Core
 # row of them reads like a Memory object: `memory_view` takes either.

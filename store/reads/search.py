@@ -20,9 +20,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Text, bindparam, case, cast, or_, select
 
+from store.db import chunks
 from store.kinds import MemoryStatus
 from store.models import Memory, MemoryRelation, NamespaceState
-from store.reads.rows import chunks
 from store.views import Edge
 
 _MEMORIES = Memory.__table__.c

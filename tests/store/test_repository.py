@@ -21,6 +21,7 @@ from store.models import IndexOutbox, MaintenanceRecord
 from store.operations import CreateRelation, SetStatus
 from store.record_info import RecordInfo
 from store.schemas import Limits, LogIn, MemoryIn, parse_items
+from store.undo import undo
 from store.unit import UnitOfWork
 from store.views import RecordView
 from tests.helpers.timeline import timeline
@@ -73,6 +74,25 @@ def test_add_memories_out_of_order_links_timeline_by_event_time(db: Database) ->
     assert contents == [f"event on day {d}" for d in range(12)]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_add_memories_batch_links_like_one_by_one_and_undoes(db: Database, seed: int) -> None:
+    """A batch interleaved with stored memories (ties in time included) lands in (event_time,
+    id) order, every stored neighbour's link recorded: undoing the batch restores the
+    timeline as it was."""
+    rng = random.Random(seed)
+    stored = [mem(f"stored {i}", NOW + rng.randrange(8) * DAY) for i in range(rng.randrange(6))]
+    for item in stored:  # one by one, each in its own unit
+        db.writer.add_memories("ns", [item], now=NOW)
+    before = timeline(db, "ns")
+    batch = [mem(f"new {i}", NOW + rng.randrange(-1, 9) * DAY) for i in range(rng.randrange(1, 12))]
+    added = db.writer.add_memories("ns", batch, now=NOW)
+    every = db.memories.many("ns", [*before, *added.ids])
+    assert timeline(db, "ns") == [m.id for m in sorted(every, key=lambda m: (m.event_time, m.id))]
+    assert added.record_id is not None
+    undo(db.writer, added.record_id, now=NOW + DAY)
+    assert timeline(db, "ns") == before
+
+
 def test_add_memories_equal_times_keep_arrival_order(db: Database) -> None:
     result = db.writer.add_memories("ns", [mem(f"turn {i}", NOW) for i in range(5)], now=NOW)
     assert timeline(db, "ns") == list(result.ids)
@@ -90,16 +110,16 @@ def test_add_memories_failure_mid_batch_writes_nothing(
 ) -> None:
     db.writer.add_memories("ns", [mem("before", NOW)], now=NOW)
     before = list(db.memories.export("ns"))
-    link = UnitOfWork.link_into_timeline
+    nearest = UnitOfWork._nearest
     calls = []
 
-    def link_then_fail(unit: UnitOfWork, *args: Any, **kwargs: Any) -> None:
+    def nearest_then_fail(unit: UnitOfWork, *args: Any, **kwargs: Any) -> int | None:
         calls.append(1)
         if len(calls) == 2:
-            raise RuntimeError("crash after the first item of the batch was written")
-        link(unit, *args, **kwargs)
+            raise RuntimeError("crash after the batch was inserted, while linking it")
+        return nearest(unit, *args, **kwargs)
 
-    monkeypatch.setattr(UnitOfWork, "link_into_timeline", link_then_fail)
+    monkeypatch.setattr(UnitOfWork, "_nearest", nearest_then_fail)
     with pytest.raises(RuntimeError, match="crash"):
         db.writer.add_memories("ns", [mem("fine", NOW + DAY), mem("also", NOW + 2 * DAY)], now=NOW)
     assert list(db.memories.export("ns")) == before
