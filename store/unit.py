@@ -24,7 +24,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select, tuple_
+from sqlalchemy import Tuple, and_, bindparam, literal, select, tuple_
 from sqlalchemy.orm import Session
 
 from store.db import chunks
@@ -54,6 +54,14 @@ _AT = tuple_(
     bindparam("event_time", type_=_MEMORIES.event_time.type),
     bindparam("id", type_=_MEMORIES.id.type),
 )
+
+
+def _place(at: datetime, memory_id: int) -> Tuple:
+    """A place to compare with ``_PLACE``, its values typed as the columns (an aware time in
+    another offset is compared as UTC, not as its wall clock)."""
+    return tuple_(literal(at, _MEMORIES.event_time.type), literal(memory_id, _MEMORIES.id.type))
+
+
 _ON_TIMELINE = and_(
     _MEMORIES.namespace == bindparam("namespace"),
     _MEMORIES.status == MemoryStatus.ACTIVE.value,
@@ -247,7 +255,8 @@ class UnitOfWork:
             Memory.id.not_in([mid, *skip]),
             Memory.status == MemoryStatus.ACTIVE.value,
         )
-        before_it = tuple_(at, mid) > _PLACE
+        here = _place(at, mid)
+        before_it = here > _PLACE
         pred = self.session.scalars(
             select(Memory)
             .where(others, before_it)
@@ -259,7 +268,7 @@ class UnitOfWork:
         else:
             succ = self.session.scalars(
                 select(Memory)
-                .where(others, tuple_(at, mid) < _PLACE)
+                .where(others, here < _PLACE)
                 .order_by(Memory.event_time, Memory.id)
                 .limit(1)
             ).first()

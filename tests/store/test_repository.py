@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from store.db import session_factory
 from store.errors import ValidationFailed
 from store.kinds import MemoryStatus, Outcome
 from store.models import IndexOutbox, MaintenanceRecord
-from store.operations import CreateRelation, SetStatus
+from store.operations import CreateRelation, SetStatus, UpdateMemory
 from store.record_info import RecordInfo
 from store.schemas import Limits, LogIn, MemoryIn, parse_items
 from store.undo import undo
@@ -91,6 +91,23 @@ def test_add_memories_batch_links_like_one_by_one_and_undoes(db: Database, seed:
     assert added.record_id is not None
     undo(db.writer, added.record_id, now=NOW + DAY)
     assert timeline(db, "ns") == before
+
+
+def test_a_new_event_time_in_another_offset_moves_the_memory_by_its_utc_time(
+    db: Database,
+) -> None:
+    """11:30 UTC written as 16:30+05:00 goes between 11:00 and 12:00 UTC (compared as wall
+    clock, 16:30 would sort after 12:00), whether it is ingested or an edit moves it there."""
+    early, middle, late = db.writer.add_memories(
+        "ns", [mem(f"at {h}:00", NOW.replace(hour=h)) for h in (10, 11, 12)], now=NOW
+    ).ids
+    half_past = NOW.replace(hour=11, minute=30).astimezone(timezone(timedelta(hours=5)))
+    (added,) = db.writer.add_memories("ns", [mem("at 11:30", half_past)], now=NOW).ids
+    assert timeline(db, "ns") == [early, middle, added, late]
+    db.writer.apply(
+        "ns", "test", [UpdateMemory(memory_id=early, changes={"event_time": half_past})], now=NOW
+    )
+    assert timeline(db, "ns") == [middle, early, added, late]  # same time: by id
 
 
 def test_add_memories_equal_times_keep_arrival_order(db: Database) -> None:
