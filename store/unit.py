@@ -194,9 +194,7 @@ class UnitOfWork:
 
     def add(self, row: Row) -> None:
         """Insert a new row and register it (it gets its id)."""
-        self.session.add(row)
-        self.session.flush()
-        self.created(row)
+        self.add_all([row])
 
     def add_all(self, rows: Sequence[Row]) -> None:
         """Insert new rows in one flush (one multi-row INSERT per table) and register them."""
