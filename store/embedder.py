@@ -174,6 +174,12 @@ def _load_session(path: Path, threads: int) -> Any:
     # Memory patterns are planned per input shape and roughly double the activation memory
     # of variable-length batches; without them the speed measured the same.
     options.enable_mem_pattern = False
+    # No busy-waiting between runs: a spinning worker kept the second core for milliseconds
+    # after each query embedding, from the vector query that a search runs beside its BM25 and
+    # SQL reads. At 100k memories, searches took ~1.5 ms less at p50 and 2-3 ms less at p95
+    # without spinning (with it, running the two sides together gained nothing); embedding
+    # alone is ~10% slower, a query's and a batch's alike (2026-11-27, bench/latency.py).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
 

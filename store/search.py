@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -24,7 +26,7 @@ from store.lexical_source import SqlLexicalSource
 from store.neighbours import together
 from store.query_shape import QueryShape, shape_query
 from store.reads.memories import MemoryReads
-from store.reads.search import SearchReads, SearchRow
+from store.reads.search import ReadAhead, SearchReads, SearchRow
 from store.requests import SearchFilters, SearchRequest
 from store.retrieval import (
     Parts,
@@ -62,6 +64,8 @@ FILTER_CANDIDATES = 5000
 # After the vector index fails, searches skip it (answering lexically, marked degraded) for
 # this long: an unreachable Chroma server would otherwise cost every search its timeout.
 VECTOR_RETRY_SECONDS = 30.0
+# Vector queries in flight at once, each beside the lexical side of its own search.
+VECTOR_QUERY_THREADS = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,14 +154,24 @@ class Searcher:
         # by the caller (store.index_status), so no SQL per search.
         self._notes = notes or _no_notes
         self._vector_failure: tuple[float, str] | None = None  # (retry after, reason)
+        # The vector query runs beside the lexical side of its search: Chroma, embedded or
+        # over HTTP, answers without holding the GIL, so BM25 and the SQL read of the lexical
+        # candidates take little of the search's time. (It gains only with the embedder's
+        # threads not spinning after the query is embedded: see store.embedder.)
+        self._beside = ThreadPoolExecutor(VECTOR_QUERY_THREADS, thread_name_prefix="vector-query")
+
+    def close(self) -> None:
+        """Wait for vector queries in flight and stop their threads."""
+        self._beside.shutdown(wait=True, cancel_futures=True)
 
     def search(self, request: SearchRequest, *, now: datetime) -> SearchResult:
         """Return the best ``request.k`` active memories matching the filters, best first."""
         if request.k <= 0 or not request.query.strip():
             return SearchResult(hits=())
-        evidence, degraded = self.evidence(request, now=now)
+        rows = ReadAhead(self._reads, request.namespace)
+        evidence, degraded = self.evidence(request, rows, now=now)
         degraded = (*degraded, *self._notes(request.namespace))
-        ranked = rank(evidence, self._reads, request, self.settings, now=now)
+        ranked = rank(evidence, rows, request, self.settings, now=now)
         # A memory deactivated since it was ranked is left out, so a search may return fewer.
         views = self._memories.active(request.namespace, [r.memory_id for r in ranked])
         hits = tuple(
@@ -168,36 +182,38 @@ class Searcher:
         return SearchResult(hits=hits, degraded=degraded)
 
     def evidence(
-        self, request: SearchRequest, *, now: datetime, settings: RetrievalSettings | None = None
+        self, request: SearchRequest, rows: ReadAhead, *, now: datetime
     ) -> tuple[Evidence, tuple[str, ...]]:
-        """Query both indexes; a failing vector index leaves lexical evidence and a reason."""
-        config = settings or self.settings
+        """Query both indexes; a failing vector index leaves lexical evidence and a reason.
+
+        While the vector index answers, ``rows`` reads the rows of the lexical candidates.
+        """
+        config = self.settings
         shape = query_shape(request.query, config)
         among = self.passing(request)
         broad = None if among is not None or request.filters.empty else request.filters
         view = self.lexical_view(request.namespace)
-        hits, degraded = self._vector_hits(request, shape, config.dense_candidates, among, broad)
-        return (
-            Evidence(
-                lexical=mix_scores(
-                    [
-                        (view.search(text, config.lexical_candidates, among, broad), weight)
-                        for text, weight in shape.lexical
-                    ],
-                    config.lexical_candidates,
-                ),
-                sessions=mix_scores(
-                    [
-                        (view.search_sessions(text, SESSION_CANDIDATES), weight)
-                        for text, weight in shape.lexical
-                    ],
-                    SESSION_CANDIDATES,
-                ),
-                hits=hits,
-                periods=parse_periods(shape.focus, now),
-            ),
-            degraded,
+        vector_answer = self._vector_hits(request, shape, config.dense_candidates, among, broad)
+        lexical = mix_scores(
+            [
+                (view.search(text, config.lexical_candidates, among, broad), weight)
+                for text, weight in shape.lexical
+            ],
+            config.lexical_candidates,
         )
+        sessions = mix_scores(
+            [
+                (view.search_sessions(text, SESSION_CANDIDATES), weight)
+                for text, weight in shape.lexical
+            ],
+            SESSION_CANDIDATES,
+        )
+        rows.read(lexical)
+        hits, degraded = vector_answer()
+        evidence = Evidence(
+            lexical=lexical, sessions=sessions, hits=hits, periods=parse_periods(shape.focus, now)
+        )
+        return evidence, degraded
 
     def lexical_view(self, namespace: str) -> LexicalView:
         """Return the namespace's BM25 index, brought up to the namespace's current revision."""
@@ -225,34 +241,53 @@ class Searcher:
         n: int,
         among: frozenset[int] | None,
         broad: SearchFilters | None = None,
-    ) -> tuple[list[VectorHit], tuple[str, ...]]:
-        """Return the nearest memories, or none and why, skipping an index that just failed.
+    ) -> Callable[[], VectorAnswer]:
+        """Embed the query and start the vector query beside the caller; return a function that
+        waits for its answer: the nearest memories, or none and why. An index that just failed
+        is skipped.
 
         ``broad`` filters are applied by the index, or after it by a wider pool (an older
         collection whose vectors do not carry what filters read)."""
         failure = self._vector_failure
         if failure is not None and self._monotonic() < failure[0]:
-            return [], (f"vector index unavailable: {failure[1]}",)
+            skipped: VectorAnswer = ([], (f"vector index unavailable: {failure[1]}",))
+            return lambda: skipped
         try:
             index = self._index()
             if broad is not None and not index.filterable(request.namespace):
                 n *= FILTERED_WIDENING
             vector = query_vector(shape, index.embed_query)
-            hits = index.query(request.namespace, vector, n, among, broad)
         except (VectorIndexError, EmbedderError) as exc:
-            logger.warning(
-                "vector index unavailable, searching lexically only for {:.0f} s: {}",
-                VECTOR_RETRY_SECONDS,
-                exc,
-            )
-            self._vector_failure = (self._monotonic() + VECTOR_RETRY_SECONDS, str(exc))
-            return [], (f"vector index unavailable: {exc}",)
+            failed = self._failed(exc)
+            return lambda: failed
+        pending = self._beside.submit(index.query, request.namespace, vector, n, among, broad)
+        return partial(self._answer, pending)
+
+    def _answer(self, pending: Future[list[VectorHit]]) -> VectorAnswer:
+        try:
+            hits = pending.result()
+        except (VectorIndexError, EmbedderError) as exc:
+            return self._failed(exc)
         self._vector_failure = None
         return hits, ()
+
+    def _failed(self, exc: Exception) -> VectorAnswer:
+        """Skip the vector index for a while; return the answer of a search that it failed."""
+        logger.warning(
+            "vector index unavailable, searching lexically only for {:.0f} s: {}",
+            VECTOR_RETRY_SECONDS,
+            exc,
+        )
+        self._vector_failure = (self._monotonic() + VECTOR_RETRY_SECONDS, str(exc))
+        return [], (f"vector index unavailable: {exc}",)
 
 
 def _no_notes(_namespace: str) -> tuple[str, ...]:
     return ()
+
+
+# What the vector side gives a search: its hits, nearest first, and why they may be missing.
+VectorAnswer = tuple[list[VectorHit], tuple[str, ...]]
 
 
 # A collection made before vectors carried what filters read cannot filter: a broad filter is

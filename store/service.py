@@ -252,11 +252,13 @@ class Store:
         return result
 
     def close(self) -> None:
-        """Write pending recalls, release the vector index client (if it was opened) and the
-        database connections."""
+        """Write pending recalls, wait for searches' vector queries in flight, release the
+        vector index client (if it was opened) and the database connections."""
         logger.debug("closing the store")
         if "reinforcer" in self.__dict__:  # the cached property was made
             self.reinforcer.close()
+        if "searcher" in self.__dict__:
+            self.searcher.close()
         if "index" in self.__dict__:
             self.index.close()
         self.engine.dispose()

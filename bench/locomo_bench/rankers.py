@@ -133,18 +133,21 @@ def run_end_to_end(
         settings=settings,
     )
     scores, latencies = [], []
-    for conv in bench.conversations:
-        for question in conv.questions:
-            if not question.evidence:
-                continue
-            request = SearchRequest(
-                namespace=conv.namespace, query=question.text, k=K, reinforce=False
-            )
-            started = time.perf_counter()
-            result = searcher.search(request, now=conv.now)
-            latencies.append(time.perf_counter() - started)
-            if result.degraded:
-                raise SystemExit(f"search degraded: {result.degraded}")
-            ranked = [str(hit.memory.external_id) for hit in result.hits]
-            scores.append(score_question(question, ranked))
+    try:
+        for conv in bench.conversations:
+            for question in conv.questions:
+                if not question.evidence:
+                    continue
+                request = SearchRequest(
+                    namespace=conv.namespace, query=question.text, k=K, reinforce=False
+                )
+                started = time.perf_counter()
+                result = searcher.search(request, now=conv.now)
+                latencies.append(time.perf_counter() - started)
+                if result.degraded:
+                    raise SystemExit(f"search degraded: {result.degraded}")
+                ranked = [str(hit.memory.external_id) for hit in result.hits]
+                scores.append(score_question(question, ranked))
+    finally:
+        searcher.close()
     return scores, latencies

@@ -274,6 +274,36 @@ class SearchReads:
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
 
+class ReadAhead:
+    """The rows of one search, read from SQL once: those of the lexical candidates while the
+    vector index answers, the rest when ranking asks for them."""
+
+    def __init__(self, reads: SearchReads, namespace: str) -> None:
+        self._reads = reads
+        self._namespace = namespace
+        self._rows: dict[int, SearchRow | None] = {}  # None: not active in the namespace
+
+    def read(self, ids: Iterable[int]) -> None:
+        new = [mid for mid in ids if mid not in self._rows]
+        if new:
+            found = self._reads.search_rows(self._namespace, new)
+            self._rows.update((mid, found.get(mid)) for mid in new)
+
+    def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
+        self._check(namespace)
+        wanted = list(ids)
+        self.read(wanted)
+        return {mid: row for mid in wanted if (row := self._rows[mid]) is not None}
+
+    def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
+        self._check(namespace)
+        return self._reads.edges(namespace, ids)
+
+    def _check(self, namespace: str) -> None:
+        if namespace != self._namespace:
+            raise ValueError(f"rows of namespace {self._namespace!r} asked for {namespace!r}")
+
+
 def _lexical_row(values: Sequence[Any]) -> LexicalRow:
     memory_id, content, event_time, session_id, version, kind, tags, metadata = values
     return LexicalRow(

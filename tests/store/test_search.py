@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from store import search as search_module
 from store.embedder import OnnxMiniLMEmbedder
 from store.kinds import MemoryStatus
 from store.operations import SetStatus
-from store.reads.search import SearchRow
+from store.reads.search import SearchReads, SearchRow
 from store.requests import SearchFilters, SearchRequest, metadata_equals
 from store.search import (
     VECTOR_RETRY_SECONDS,
@@ -173,6 +174,89 @@ def test_search_vector_index_failing_skipped_until_retry_time(
     assert len(opened) == 2
 
 
+class _SlowIndex:
+    """The store's vector index, whose query waits (up to 10 s) until ``released`` is set."""
+
+    def __init__(self, index: VectorIndex, released: threading.Event) -> None:
+        self._index = index
+        self._released = released
+        self.waited: list[bool] = []  # per query: whether it was released before the timeout
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._index, name)
+
+    def query(self, *args: Any, **kwargs: Any) -> list[VectorHit]:
+        self.waited.append(self._released.wait(timeout=10))
+        return self._index.query(*args, **kwargs)
+
+
+class _CountingReads:
+    """SearchReads that set ``read`` on the first rows read and count every id asked for."""
+
+    def __init__(self, reads: SearchReads) -> None:
+        self._reads = reads
+        self.read = threading.Event()
+        self.asked: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reads, name)
+
+    def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
+        wanted = list(ids)
+        self.asked.extend(wanted)
+        self.read.set()
+        return self._reads.search_rows(namespace, wanted)
+
+
+def test_search_reads_the_lexical_rows_while_the_vector_query_runs(store: Store) -> None:
+    reads = _CountingReads(store.db.search)
+    index = _SlowIndex(store.index, released=reads.read)
+    searcher = Searcher(
+        reads=reads,  # type: ignore[arg-type]
+        memories=store.db.memories,
+        index=lambda: index,  # type: ignore[arg-type, return-value]
+        lexical=store.lexical,
+        settings=store.settings.retrieval,
+    )
+    request = SearchRequest(
+        namespace=NS, query="Which network did the router configuration change?"
+    )
+    try:
+        beside = searcher.search(request, now=NOW)
+    finally:
+        searcher.close()
+    # The vector query could only answer once SQL had been asked for the lexical candidates'
+    # rows: the two ran at the same time, and the answer is the usual one.
+    assert index.waited == [True]
+    assert [hit.memory.id for hit in beside.hits] == [
+        hit.memory.id for hit in store.searcher.search(request, now=NOW).hits
+    ]
+    assert beside.hits[0].breakdown.dense > 0
+    assert len(reads.asked) == len(set(reads.asked))  # each row is read once per search
+
+
+def test_search_vector_query_failing_beside_answers_lexically(store: Store) -> None:
+    class ClosedIndex(_SlowIndex):
+        def query(self, *args: Any, **kwargs: Any) -> list[VectorHit]:
+            raise VectorIndexError("the Chroma server closed the connection")
+
+    index = ClosedIndex(store.index, released=threading.Event())
+    searcher = Searcher(
+        reads=store.db.search,
+        memories=store.db.memories,
+        index=lambda: index,  # type: ignore[arg-type, return-value]
+        lexical=store.lexical,
+        settings=store.settings.retrieval,
+    )
+    try:
+        result = searcher.search(SearchRequest(namespace=NS, query="LGBTQ support group"), now=NOW)
+    finally:
+        searcher.close()
+    assert result.degraded == ("vector index unavailable: the Chroma server closed the connection",)
+    assert _contents(result)[0] == CORPUS[0]["content"]
+    assert all(hit.breakdown.dense == 0.0 for hit in result.hits)
+
+
 # -- filters -----------------------------------------------------------------------------------
 
 
@@ -270,6 +354,7 @@ def test_search_spreading_adds_timeline_neighbour_without_match(store: Store) ->
     )  # fmt: skip
     request = SearchRequest(namespace=NS, query="adopted puppy")
     hits = searcher.search(request, now=NOW).hits
+    searcher.close()
     assert hits[0].memory.content == CORPUS[5]["content"]
     neighbour = {hit.memory.content: hit for hit in hits}[CORPUS[6]["content"]]
     assert neighbour.via == "spread"
