@@ -23,8 +23,13 @@ A keyword query or a question is one short line: it is searched as given, one em
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
 
 # A one-line query of more words than this is read as chat (split into sentences).
 CHAT_MIN_WORDS = 40
@@ -107,3 +112,16 @@ def _tail(turns: Sequence[str], limit: int) -> str:
 
 def _words(text: str) -> int:
     return len(_WORD.findall(text))
+
+
+def query_vector(shape: QueryShape, embed: Callable[[str], Vector]) -> Vector:
+    """Return the query vector: one embedding, or the weighted mix of a chat's two, unit length.
+
+    The cosine of a memory with the mix is the same mix of its cosines with the parts.
+    """
+    if len(shape.dense) == 1:
+        return embed(shape.dense[0][0])
+    mixed = sum(weight * embed(text) for text, weight in shape.dense)
+    vector = np.asarray(mixed, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector

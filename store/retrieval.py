@@ -160,6 +160,36 @@ def period_part(moment: datetime, periods: Sequence[Period]) -> float:
     return 1.0 if any(moment in period for period in periods) else 0.0
 
 
+def worth_reading(
+    known: Iterable[int],
+    others: Iterable[int],
+    lexical: Mapping[int, float],
+    dense: Mapping[int, float],
+    *,
+    most_added: float,
+    settings: RetrievalSettings,
+) -> list[int]:
+    """Return those of ``others`` that may still be among the ``settings.anchors`` most relevant.
+
+    A memory's relevance is at least its weighted lexical and dense parts (its base) and at
+    most its base plus ``most_added``, the most its session and period parts can add. Once
+    ``known`` memories (read, and usable) hold ``anchors`` bases of at least some value, a
+    memory whose base plus ``most_added`` stays below that value cannot be an anchor: its row
+    need not be read, and the anchors are the same.
+    """
+
+    def base(memory_id: int) -> float:
+        return settings.w_lexical * lexical.get(memory_id, 0.0) + settings.w_dense * dense.get(
+            memory_id, 0.0
+        )
+
+    bases = sorted((base(memory_id) for memory_id in known), reverse=True)
+    if len(bases) < settings.anchors:
+        return list(others)
+    floor = bases[settings.anchors - 1] - most_added - 1e-9  # the margin absorbs rounding
+    return [memory_id for memory_id in others if base(memory_id) >= floor]
+
+
 def top_ids(
     scores: Mapping[int, float], n: int, *, prefer: Container[int] = frozenset()
 ) -> list[int]:

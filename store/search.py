@@ -15,8 +15,6 @@ from datetime import datetime
 from functools import partial
 from typing import Protocol
 
-import numpy as np
-import numpy.typing as npt
 from loguru import logger
 
 from store.embedder import EmbedderError
@@ -24,7 +22,7 @@ from store.lexical import LexicalView
 from store.lexical_cache import LexicalCache
 from store.lexical_source import SqlLexicalSource
 from store.neighbours import together
-from store.query_shape import QueryShape, shape_query
+from store.query_shape import QueryShape, query_vector, shape_query
 from store.reads.memories import MemoryReads
 from store.reads.search import ReadAhead, SearchReads, SearchRow
 from store.requests import SearchFilters, SearchRequest
@@ -50,6 +48,7 @@ from store.retrieval import (
     session_part,
     spread_step,
     top_ids,
+    worth_reading,
 )
 from store.settings import RetrievalSettings
 from store.vector_index import VectorHit, VectorIndex, VectorIndexError
@@ -294,27 +293,12 @@ VectorAnswer = tuple[list[VectorHit], tuple[str, ...]]
 # applied after retrieval, so such a search looks further down its list.
 FILTERED_WIDENING = 4
 
-Vector = npt.NDArray[np.float32]
-
 
 def query_shape(query: str, settings: RetrievalSettings) -> QueryShape:
     """Return how ``query`` is searched under ``settings`` (see ``store.query_shape``)."""
     return shape_query(
         query, focus_lexical=settings.chat_focus_lexical, focus_dense=settings.chat_focus_dense
     )
-
-
-def query_vector(shape: QueryShape, embed: Callable[[str], Vector]) -> Vector:
-    """Return the query vector: one embedding, or the weighted mix of a chat's two, unit length.
-
-    The cosine of a memory with the mix is the same mix of its cosines with the parts.
-    """
-    if len(shape.dense) == 1:
-        return embed(shape.dense[0][0])
-    mixed = sum(weight * embed(text) for text, weight in shape.dense)
-    vector = np.asarray(mixed, dtype=np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector
 
 
 # -- ranking -----------------------------------------------------------------------------------
@@ -335,8 +319,14 @@ def rank(
     namespace, filters = request.namespace, request.filters
     lexical = lexical_parts(evidence.lexical, settings.lexical_exponent)
     dense = dense_parts((hit.memory_id, hit.similarity) for hit in evidence.hits)
-    candidates = list(dict.fromkeys([*lexical, *dense]))
-    rows = _usable(source.search_rows(namespace, candidates), filters)
+    # The lexical candidates' rows first (a search read them ahead), then only the dense
+    # candidates that may still be anchors beside them.
+    rows = _usable(source.search_rows(namespace, lexical), filters)
+    most_added = settings.w_session * max(evidence.sessions.values(), default=0.0)
+    most_added += settings.w_period if evidence.periods else 0.0
+    others = [mid for mid in dense if mid not in lexical]
+    others = worth_reading(rows, others, lexical, dense, most_added=most_added, settings=settings)
+    rows.update(_usable(source.search_rows(namespace, others), filters))
     parts = {mid: _parts(rows[mid], evidence, lexical, dense) for mid in rows}
     relevances = {mid: relevance(p, settings) for mid, p in parts.items()}
     anchors = top_ids(relevances, settings.anchors)

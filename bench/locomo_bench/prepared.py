@@ -29,10 +29,10 @@ from secretary.config import Settings
 from store.db import MIGRATIONS
 from store.lexical import LexicalIndex, LexicalView
 from store.lexical_source import SqlLexicalSource
-from store.query_shape import QueryShape
+from store.query_shape import QueryShape, query_vector
 from store.reads.search import SearchRow
 from store.retrieval import mix_scores, parse_periods
-from store.search import SESSION_CANDIDATES, Evidence, query_shape, query_vector
+from store.search import SESSION_CANDIDATES, Evidence, query_shape
 from store.service import Store
 from store.settings import RetrievalSettings
 from store.vector_index import VectorHit

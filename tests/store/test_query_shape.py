@@ -6,9 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from store.query_shape import CHAT_MIN_WORDS, CONTEXT_WORDS, focus_of, shape_query, turns_of
+from store.query_shape import (
+    CHAT_MIN_WORDS,
+    CONTEXT_WORDS,
+    focus_of,
+    query_vector,
+    shape_query,
+    turns_of,
+)
 from store.retrieval import mix_scores
-from store.search import query_vector
 
 CHAT = """Caroline: hey! how was the weekend, anything fun?
 Melanie: pretty quiet, we baked bread and watched a movie with the kids

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from secretary.config import Settings
 from store import lexical_source
@@ -20,6 +23,7 @@ from store.kinds import MemoryStatus
 from store.operations import SetStatus
 from store.reads.search import SearchReads, SearchRow
 from store.requests import SearchFilters, SearchRequest, metadata_equals
+from store.retrieval import Period
 from store.search import (
     VECTOR_RETRY_SECONDS,
     Evidence,
@@ -544,6 +548,116 @@ def test_rank_spread_memory_never_outranks_a_relevant_anchor() -> None:
     spread = next(item for item in ranked if item.memory_id == 2)
     assert spread.via == "spread"
     assert spread.breakdown.activation > 0
+
+
+class RandomSource:
+    """Memories 1..n in a few sessions (or none), on one timeline; ``gone`` ones are not active."""
+
+    def __init__(self, n: int, sessions: list[str | None], gone: set[int]) -> None:
+        self.rows = {
+            i: SearchRow(
+                id=i,
+                type="event",
+                tags_json="[]",
+                metadata_json="{}",
+                event_time=NOW - timedelta(days=i),
+                session_id=sessions[i % len(sessions)],
+                prev_id=i - 1 if i > 1 else None,
+                next_id=i + 1 if i < n else None,
+                base_importance=float(i % 10),
+                pinned=False,
+            )
+            for i in range(1, n + 1)
+            if i not in gone
+        }
+        self.read: list[int] = []  # every id asked for
+
+    def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
+        wanted = list(ids)
+        self.read.extend(wanted)
+        return {i: self.rows[i] for i in wanted if i in self.rows}
+
+    def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
+        return []
+
+
+_unit = st.floats(min_value=0.0, max_value=1.0)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=60),
+    data=st.data(),
+    anchors=st.integers(min_value=1, max_value=12),
+    weights=st.tuples(_unit, _unit, _unit, _unit),
+    period=st.booleans(),
+)
+def test_rank_reads_only_dense_candidates_that_may_be_anchors_and_ranks_the_same(
+    n: int,
+    data: st.DataObject,
+    anchors: int,
+    weights: tuple[float, float, float, float],
+    period: bool,
+) -> None:
+    ids = st.integers(min_value=1, max_value=n)
+    lexical = data.draw(st.dictionaries(ids, _unit, max_size=n))
+    nearest = data.draw(st.dictionaries(ids, st.floats(min_value=-1, max_value=1), max_size=n))
+    sessions = data.draw(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=1, max_size=4))
+    scores = data.draw(st.dictionaries(st.sampled_from(["a", "b", "c"]), _unit))
+    source = RandomSource(n, sessions, gone=data.draw(st.sets(ids, max_size=n // 3)))
+    hits = [
+        VectorHit(memory_id=m, similarity=s)
+        for m, s in sorted(nearest.items(), key=lambda h: -h[1])
+    ]
+    spans = (Period(start=NOW - timedelta(days=n // 2), end=NOW),) if period else ()
+    evidence = Evidence(lexical=lexical, sessions=scores, hits=hits, periods=spans)
+    w_lexical, w_dense, w_session, w_period = weights
+    config = RetrievalSettings(
+        anchors=anchors, w_lexical=w_lexical, w_dense=w_dense, w_session=w_session,
+        w_period=w_period, spread_seeds=min(anchors, 5),
+    )  # fmt: skip
+    request = SearchRequest(namespace=NS, query="q", k=10)
+    pruned = rank(evidence, source, request, config, now=NOW)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(search_module, "worth_reading", lambda known, others, *a, **k: list(others))
+        every = rank(evidence, source, request, config, now=NOW)
+    assert [(r.memory_id, r.score, r.via) for r in pruned] == [
+        (r.memory_id, r.score, r.via) for r in every
+    ]
+
+
+def test_rank_leaves_unread_the_dense_candidates_that_cannot_be_anchors() -> None:
+    source = RandomSource(60, [None], gone=set())
+    # Memories 1-20 match the words well; all 60 are among the nearest vectors, 60 the least.
+    lexical = {i: 1.0 - i / 100 for i in range(1, 21)}
+    hits = [VectorHit(memory_id=i, similarity=1.0 - i / 60) for i in range(1, 61)]
+    evidence = Evidence(lexical=lexical, sessions={}, hits=hits, periods=())
+    config = RetrievalSettings(anchors=5, spread_depth=0)
+    ranked = rank(evidence, source, SearchRequest(namespace=NS, query="q", k=5), config, now=NOW)
+    assert [r.memory_id for r in ranked] == [1, 2, 3, 4, 5]
+    # The 5th best lexical memory's lexical and dense parts alone outweigh whatever a dense-only
+    # memory could reach (no session or period scored): none of 21-60 was read.
+    assert sorted(source.read) == list(range(1, 21))
+
+
+@pytest.mark.parametrize("lift", ["session", "period"])
+def test_rank_reads_a_dense_candidate_that_its_session_or_period_may_lift_into_the_anchors(
+    lift: str,
+) -> None:
+    source = RandomSource(60, ["a", None], gone=set())  # even memories in session "a"
+    lexical = {i: 1.0 - i / 100 for i in range(1, 21, 2)}  # ten odd ones, no session
+    hits = [VectorHit(memory_id=i, similarity=1.0 - i / 60) for i in range(1, 61)]
+    # 52 (session "a", 52 days old) is far below the 5th lexical match on words and meaning,
+    # but its session, or the period the query names, may lift it above.
+    sessions = {"a": 1.0} if lift == "session" else {}
+    periods = (Period(start=NOW - timedelta(days=53), end=NOW - timedelta(days=51)),)
+    evidence = Evidence(
+        lexical=lexical, sessions=sessions, hits=hits, periods=periods if lift == "period" else ()
+    )
+    config = RetrievalSettings(anchors=5, spread_depth=0, w_session=3.0, w_period=3.0)
+    ranked = rank(evidence, source, SearchRequest(namespace=NS, query="q", k=1), config, now=NOW)
+    assert 52 in source.read
+    assert ranked[0].memory_id == (2 if lift == "session" else 52)
 
 
 CHATTER = [
