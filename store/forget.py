@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Text, and_, cast, delete, or_, select, update
+from sqlalchemy import ColumnElement, Text, and_, cast, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from store.errors import NotFound
@@ -336,25 +336,47 @@ def _rewrite_images(
     one), so they are read a page at a time, as JSON text: ``rewrite`` decodes only those it
     must look into."""
     op = MaintenanceOperation
-    page = (
-        select(op.id, op.target_kind, op.target_id, cast(op.before, Text), cast(op.after, Text))
-        .join(MaintenanceRecord, MaintenanceRecord.id == op.record_id)
-        .where(MaintenanceRecord.namespace == namespace)
-        .order_by(op.id)
-        .limit(REWRITE_PAGE)
-    )
-    if where is not None:
-        page = page.where(where)
-    after_id = 0
-    while rows := session.execute(page.where(op.id > after_id)).all():
+    columns = (op.id, op.target_kind, op.target_id, cast(op.before, Text), cast(op.after, Text))
+    query = select(*columns) if where is None else select(*columns).where(where)
+    for page in _pages(session, namespace):
         changes = []
-        for op_id, kind, target_id, before_text, after_text in rows:
+        for op_id, kind, target_id, before_text, after_text in session.execute(query.where(page)):
             images = rewrite(kind, target_id, before_text, after_text)
             if images is not None:
                 changes.append({"id": op_id, "before": images[0], "after": images[1]})
         if changes:
             session.execute(update(op), changes)  # by primary key
-        after_id = rows[-1][0]
+
+
+def _pages(session: Session, namespace: str) -> Iterator[ColumnElement[bool]]:
+    """Yield conditions that together select every operation of the namespace once, each at
+    most REWRITE_PAGE: those of a run of whole records, or a window of a big record's seqs.
+
+    Each is read by the (record, seq) index alone. One query paged over the whole namespace,
+    "ordered by id after the last one", made SQLite gather and sort all of the namespace's
+    operations for every page: 34 s for a million of them, against 2 s so."""
+    op = MaintenanceOperation
+    records = session.execute(
+        select(op.record_id, func.count(), func.min(op.seq), func.max(op.seq))
+        .join(MaintenanceRecord, MaintenanceRecord.id == op.record_id)
+        .where(MaintenanceRecord.namespace == namespace)
+        .group_by(op.record_id)
+        .order_by(op.record_id)
+    ).all()
+    run: list[int] = []
+    held = 0
+    for record_id, size, first, last in records:
+        if run and held + size > REWRITE_PAGE:
+            yield op.record_id.in_(run)
+            run, held = [], 0
+        if size <= REWRITE_PAGE:
+            run.append(record_id)
+            held += size
+            continue
+        for start in range(first, last + 1, REWRITE_PAGE):  # seqs are unique in a record
+            yield and_(op.record_id == record_id, op.seq.between(start, start + REWRITE_PAGE - 1))
+    if run:
+        yield op.record_id.in_(run)
 
 
 def _image(text: JsonText) -> dict[str, Any] | None:

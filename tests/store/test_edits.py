@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from store import edits, forget
 from store.database import Database
@@ -270,6 +270,40 @@ def test_forget_scrubs_every_page_of_images_whatever_json_escapes(
         )
     assert {targets[op_id] for op_id in changed} == {ids[0], ids[1]}
     assert all(after[op_id] == before[op_id] for op_id in before if targets[op_id] == ids[2])
+
+
+def test_forget_pages_hold_every_operation_of_the_namespace_once(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(forget, "REWRITE_PAGE", 2)
+    # Records of one, one, five and one new memories (and their timeline links), another
+    # namespace's in between, and a gap in the big record's positions (as if a row had gone).
+    for texts, namespace in [
+        (["a"], "ns"), (["b"], "ns"), (["x", "y"], "other"), (["c", "d", "e", "f", "g"], "ns"),
+        (["h"], "ns"),
+    ]:  # fmt: skip
+        items = [MemoryIn(content=text, timestamp=NOW, external_id=text) for text in texts]
+        db.writer.add_memories(namespace, items, now=NOW)
+    op = MaintenanceOperation
+    with session_factory(db.engine)() as session:
+        big = session.scalar(
+            select(op.record_id).group_by(op.record_id).order_by(func.count().desc()).limit(1)
+        )
+        assert session.scalar(select(func.count()).where(op.record_id == big)) >= 5
+        session.execute(delete(op).where(op.record_id == big, op.seq == 1))
+        session.commit()
+        wanted = set(
+            session.scalars(
+                select(op.id).join(MaintenanceRecord).where(MaintenanceRecord.namespace == "ns")
+            )
+        )
+        pages = [
+            list(session.scalars(select(op.id).where(page)))
+            for page in forget._pages(session, "ns")
+        ]
+    read = [op_id for page in pages for op_id in page]
+    assert sorted(read) == sorted(wanted)  # each once, none of the other namespace
+    assert all(len(page) <= 2 for page in pages)
 
 
 def test_forget_with_logs_takes_the_lines_the_memory_came_from(db: Database) -> None:
