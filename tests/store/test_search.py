@@ -440,12 +440,20 @@ def test_metadata_equals_whole_value_json_text(stored: object, wanted: str, equa
 
 
 class ChainSource:
-    """Memories 1..n linked only by the timeline, held in memory: one session by default, or no
-    sessions with events ``apart`` from each other."""
+    """Memories 1..n linked only by the timeline, held in memory: one session by default, or
+    no sessions with events ``apart`` from each other, or ``sessions`` taken in turn; ``gone``
+    ones are not active. ``read`` lists every id asked for."""
 
     def __init__(
-        self, n: int, *, session: str | None = "s", apart: timedelta = timedelta(days=1)
+        self,
+        n: int,
+        *,
+        session: str | None = "s",
+        apart: timedelta = timedelta(days=1),
+        sessions: Sequence[str | None] = (),
+        gone: Iterable[int] = (),
     ) -> None:
+        missing = set(gone)
         self.rows = {
             i: SearchRow(
                 id=i,
@@ -453,17 +461,21 @@ class ChainSource:
                 tags_json="[]",
                 metadata_json="{}",
                 event_time=NOW - i * apart,
-                session_id=session,
+                session_id=sessions[i % len(sessions)] if sessions else session,
                 prev_id=i - 1 if i > 1 else None,
                 next_id=i + 1 if i < n else None,
                 base_importance=5.0,
                 pinned=False,
             )
             for i in range(1, n + 1)
+            if i not in missing
         }
+        self.read: list[int] = []
 
     def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
-        return {i: self.rows[i] for i in ids if i in self.rows}
+        wanted = list(ids)
+        self.read.extend(wanted)
+        return {i: self.rows[i] for i in wanted if i in self.rows}
 
     def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
         return []
@@ -550,37 +562,6 @@ def test_rank_spread_memory_never_outranks_a_relevant_anchor() -> None:
     assert spread.breakdown.activation > 0
 
 
-class RandomSource:
-    """Memories 1..n in a few sessions (or none), on one timeline; ``gone`` ones are not active."""
-
-    def __init__(self, n: int, sessions: list[str | None], gone: set[int]) -> None:
-        self.rows = {
-            i: SearchRow(
-                id=i,
-                type="event",
-                tags_json="[]",
-                metadata_json="{}",
-                event_time=NOW - timedelta(days=i),
-                session_id=sessions[i % len(sessions)],
-                prev_id=i - 1 if i > 1 else None,
-                next_id=i + 1 if i < n else None,
-                base_importance=float(i % 10),
-                pinned=False,
-            )
-            for i in range(1, n + 1)
-            if i not in gone
-        }
-        self.read: list[int] = []  # every id asked for
-
-    def search_rows(self, namespace: str, ids: Iterable[int]) -> dict[int, SearchRow]:
-        wanted = list(ids)
-        self.read.extend(wanted)
-        return {i: self.rows[i] for i in wanted if i in self.rows}
-
-    def edges(self, namespace: str, ids: Iterable[int]) -> Sequence[Edge]:
-        return []
-
-
 _unit = st.floats(min_value=0.0, max_value=1.0)
 
 
@@ -604,7 +585,7 @@ def test_rank_reads_only_dense_candidates_that_may_be_anchors_and_ranks_the_same
     nearest = data.draw(st.dictionaries(ids, st.floats(min_value=-1, max_value=1), max_size=n))
     sessions = data.draw(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=1, max_size=4))
     scores = data.draw(st.dictionaries(st.sampled_from(["a", "b", "c"]), _unit))
-    source = RandomSource(n, sessions, gone=data.draw(st.sets(ids, max_size=n // 3)))
+    source = ChainSource(n, sessions=sessions, gone=data.draw(st.sets(ids, max_size=n // 3)))
     hits = [
         VectorHit(memory_id=m, similarity=s)
         for m, s in sorted(nearest.items(), key=lambda h: -h[1])
@@ -627,7 +608,7 @@ def test_rank_reads_only_dense_candidates_that_may_be_anchors_and_ranks_the_same
 
 
 def test_rank_leaves_unread_the_dense_candidates_that_cannot_be_anchors() -> None:
-    source = RandomSource(60, [None], gone=set())
+    source = ChainSource(60, session=None)
     # Memories 1-20 match the words well; all 60 are among the nearest vectors, 60 the least.
     lexical = {i: 1.0 - i / 100 for i in range(1, 21)}
     hits = [VectorHit(memory_id=i, similarity=1.0 - i / 60) for i in range(1, 61)]
@@ -644,7 +625,7 @@ def test_rank_leaves_unread_the_dense_candidates_that_cannot_be_anchors() -> Non
 def test_rank_reads_a_dense_candidate_that_its_session_or_period_may_lift_into_the_anchors(
     lift: str,
 ) -> None:
-    source = RandomSource(60, ["a", None], gone=set())  # even memories in session "a"
+    source = ChainSource(60, sessions=["a", None])  # even memories in session "a"
     lexical = {i: 1.0 - i / 100 for i in range(1, 21, 2)}  # ten odd ones, no session
     hits = [VectorHit(memory_id=i, similarity=1.0 - i / 60) for i in range(1, 61)]
     # 52 (session "a", 52 days old) is far below the 5th lexical match on words and meaning,
