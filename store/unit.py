@@ -24,7 +24,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from sqlalchemy import Tuple, and_, bindparam, literal, select, tuple_
+from sqlalchemy import and_, bindparam, select, tuple_
 from sqlalchemy.orm import Session
 
 from store.db import chunks
@@ -50,17 +50,12 @@ Row = Memory | MemoryRelation
 # memories, against 0.03 ms).
 _MEMORIES = Memory.__table__.c
 _PLACE = tuple_(_MEMORIES.event_time, _MEMORIES.id)
+# Its parameters are typed as the columns: an aware time in another offset is compared as UTC,
+# not as its wall clock.
 _AT = tuple_(
     bindparam("event_time", type_=_MEMORIES.event_time.type),
     bindparam("id", type_=_MEMORIES.id.type),
 )
-
-
-def _place(at: datetime, memory_id: int) -> Tuple:
-    """A place to compare with ``_PLACE``, its values typed as the columns (an aware time in
-    another offset is compared as UTC, not as its wall clock)."""
-    return tuple_(literal(at, _MEMORIES.event_time.type), literal(memory_id, _MEMORIES.id.type))
-
 
 _ON_TIMELINE = and_(
     _MEMORIES.namespace == bindparam("namespace"),
@@ -253,22 +248,23 @@ class UnitOfWork:
             Memory.id.not_in([mid, *skip]),
             Memory.status == MemoryStatus.ACTIVE.value,
         )
-        here = _place(at, mid)
-        before_it = here > _PLACE
+        here = {"event_time": at, "id": mid}
         pred = self.session.scalars(
             select(Memory)
-            .where(others, before_it)
+            .where(others, _AT > _PLACE)
             .order_by(Memory.event_time.desc(), Memory.id.desc())
-            .limit(1)
+            .limit(1),
+            here,
         ).first()
         if pred is not None:
             succ = self.session.get(Memory, pred.next_id) if pred.next_id is not None else None
         else:
             succ = self.session.scalars(
                 select(Memory)
-                .where(others, here < _PLACE)
+                .where(others, _AT < _PLACE)
                 .order_by(Memory.event_time, Memory.id)
-                .limit(1)
+                .limit(1),
+                here,
             ).first()
         memory.prev_id = pred.id if pred is not None else None
         memory.next_id = succ.id if succ is not None else None
