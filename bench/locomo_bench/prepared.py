@@ -122,6 +122,9 @@ class Materials:
         self._sessions: dict[tuple[str, str], dict[str, float]] = {}
         self._dense: dict[tuple[str, tuple[tuple[str, float], ...]], list[VectorHit]] = {}
         self._bm25: dict[str, LexicalIndex] = {}  # namespace -> an index with other parameters
+        # namespace -> BM25 over each memory's text with its neighbours' (bench/lexical_context)
+        self._context: dict[str, LexicalIndex] = {}
+        self._context_weight = 0.0
         self.save()
 
     def use_bm25(self, k1: float, b: float) -> None:
@@ -132,6 +135,12 @@ class Materials:
         }
         self._lexical.clear()
         self._sessions.clear()
+
+    def use_context(self, indexes: dict[str, LexicalIndex], weight: float) -> None:
+        """Score each memory's BM25 part as max(own, ``weight`` x the context index's score),
+        each divided by its best, from now on ({} turns it off; bench/lexical_context)."""
+        self._context, self._context_weight = indexes, weight
+        self._lexical.clear()
 
     def _lexical_view(self, namespace: str) -> LexicalIndex | LexicalView:
         found = self._bm25.get(namespace)
@@ -165,7 +174,13 @@ class Materials:
     def lexical(self, namespace: str, text: str, n: int) -> dict[int, float]:
         key = (namespace, text)
         if key not in self._lexical:
-            self._lexical[key] = self._lexical_view(namespace).search(text, WIDE_LEXICAL)
+            found = self._lexical_view(namespace).search(text, WIDE_LEXICAL)
+            context = self._context.get(namespace)
+            if context is not None:
+                found = _with_context(
+                    found, context.search(text, WIDE_LEXICAL), self._context_weight
+                )
+            self._lexical[key] = found
         return dict(itertools.islice(self._lexical[key].items(), n))
 
     def sessions(self, namespace: str, text: str) -> dict[str, float]:
@@ -206,6 +221,15 @@ class Materials:
             hits=self.dense(ns, shape.dense, settings.dense_candidates),
             periods=parse_periods(shape.focus, conv.now),
         )
+
+
+def _with_context(
+    own: dict[int, float], context: dict[int, float], weight: float
+) -> dict[int, float]:
+    mixed = {mid: max(own.get(mid, 0.0), weight * context.get(mid, 0.0)) for mid in own | context}
+    order = sorted(mixed, key=lambda mid: (-mixed[mid], mid))[:WIDE_LEXICAL]
+    best = mixed[order[0]] if order else 1.0
+    return {mid: mixed[mid] / best for mid in order}
 
 
 @dataclass

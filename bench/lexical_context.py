@@ -1,0 +1,195 @@
+"""A probe, not a shipped feature: BM25 over each memory together with its neighbours' text.
+
+A dialogue turn often answers the turn before it ("Yes! It was amazing."), and the question's
+words are in that turn, not in the answer. This bench indexes each memory a second time with
+the text of its timeline neighbours in the same session (the one before it, or both), and
+scores the BM25 part as max(own, weight x context), each divided by its best; everything else
+keeps the default settings. For each fold, the variant with the best mean R@10 over the tuned
+views (turns, observations, chat) on one half of the conversations is scored on the other
+half, against the shipped ranking (off). The events view (no sessions) is reported for every
+variant. Memories without a session get no context, so the observation and event views only
+show that nothing else moves.
+
+The search does not do this yet: a memory's context changes when a memory is put before it,
+when the one before it leaves the timeline, is edited or forgotten, and the saved lexical index
+would have to follow each of these (see docs/retrieval.md).
+
+Run: python bench/lexical_context.py [--data PATH] [--work DIR] [--out DIR]
+Results: <out>/lexical_context.json and .md (numbers only, no LoCoMo text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchkit import RESULTS, WORK, git, say
+from locomo_bench.cli import DEFAULT_DATA, VIEWS
+from locomo_bench.data import load_conversations
+from locomo_bench.metrics import recall10
+from locomo_bench.prepared import Bench, Materials, Snapshot, prepare
+from locomo_bench.rankers import run_ranker, settings_ranker
+from locomo_bench.tuning import FOLDS, half
+from locomo_bench.views import build_views
+from loguru import logger
+
+from store.lexical import LexDoc, LexicalIndex
+from store.lexical_source import SqlLexicalSource
+from store.settings import RetrievalSettings
+
+OFF = "off"
+SIDES = {"before": ("prev_id",), "both": ("prev_id", "next_id")}
+GRID = [OFF] + [f"{sides} {weight}" for sides in SIDES for weight in (0.6, 0.7, 0.8, 0.9, 1.0)]
+TUNED = ("turns", "observations", "chat")
+
+Scores = dict[str, dict[str, float]]  # variant -> "view:fold" -> R@10 in percent
+
+
+def context_indexes(materials: Materials, sides: tuple[str, ...]) -> dict[str, LexicalIndex]:
+    """Per namespace, BM25 over each memory's document followed by its neighbours' texts."""
+    source = SqlLexicalSource(materials.store.db.search)
+    indexes = {}
+    for namespace, snap in materials.snapshots.items():
+        docs = [
+            LexDoc(
+                memory_id=doc.memory_id,
+                text=" ".join([doc.text, *neighbour_texts(snap, doc.memory_id, sides)]),
+                session_key=None,
+            )
+            for doc in source.all_docs(namespace)
+            if doc.memory_id in snap.search
+        ]
+        indexes[namespace] = LexicalIndex.build(docs)
+    return indexes
+
+
+def neighbour_texts(snap: Snapshot, memory_id: int, sides: tuple[str, ...]) -> list[str]:
+    row = snap.search[memory_id]
+    texts = []
+    for side in sides:
+        other = snap.search.get(getattr(row, side))
+        if other is not None and row.session_id is not None and other.session_id == row.session_id:
+            texts.append(snap.content[other.id])
+    return texts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo10.json")
+    parser.add_argument("--work", type=Path, default=WORK, help="the views' cached stores")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go")
+    args = parser.parse_args()
+    logger.remove()
+    conversations = load_conversations(args.data, args.data.parent / "audit" / "errors.json")
+    views = build_views(args.data, conversations)
+    materials: dict[str, Materials] = {}
+    benches = []
+    for name in VIEWS:
+        view = views[name]
+        if view.kind not in materials:
+            materials[view.kind] = prepare(args.work, args.data, view.kind, view.conversations)
+        benches.append(Bench(name=name, conversations=view.conversations,
+                             materials=materials[view.kind], tuned=view.tuned))  # fmt: skip
+    built = {
+        (kind, sides): context_indexes(done, SIDES[sides])
+        for kind, done in materials.items()
+        for sides in SIDES
+    }
+    ranker = settings_ranker(RetrievalSettings())
+    scores: Scores = {}
+    for variant in GRID:
+        for kind, done in materials.items():
+            if variant == OFF:
+                done.use_context({}, 0.0)
+            else:
+                sides, weight = variant.split()
+                done.use_context(built[kind, sides], float(weight))
+        scores[variant] = {
+            f"{bench.name}:{fold}": round(
+                100 * recall10(run_ranker(bench, ranker, half(bench, members))), 2
+            )
+            for bench in benches
+            for fold, members in FOLDS
+        }
+        turns = next(bench for bench in benches if bench.name == "turns")
+        scores[variant]["turns:all"] = round(
+            100 * recall10(run_ranker(turns, ranker, turns.conversations)), 2
+        )
+        say(f"{variant}: {scores[variant]}")
+    for done in materials.values():
+        done.save()
+        done.store.close()
+    report = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"), "machine": machine(),
+              "commit": git("rev-parse", "--short", "HEAD"), "scores": scores,
+              "folds": folds(scores)}  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "lexical_context.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "lexical_context.md").write_text(markdown(report))
+    print(markdown(report))
+
+
+def machine() -> str:
+    return f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def mean(row: dict[str, float], fold: str) -> float:
+    return statistics.fmean(row[f"{view}:{fold}"] for view in TUNED)
+
+
+def folds(scores: Scores) -> list[dict[str, object]]:
+    """Per fold: the variant best on its half, and it and the shipped ranking on the other."""
+    out: list[dict[str, object]] = []
+    names = [fold for fold, _ in FOLDS]
+    for tuned_on, scored_on in (names, names[::-1]):
+        best = max(scores, key=lambda variant: (mean(scores[variant], tuned_on), variant))
+        out.append({"tuned_on": tuned_on, "scored_on": scored_on, "chosen": best,
+                    "chosen_score": round(mean(scores[best], scored_on), 2),
+                    "off_score": round(mean(scores[OFF], scored_on), 2),
+                    "chosen_turns": scores[best][f"turns:{scored_on}"],
+                    "off_turns": scores[OFF][f"turns:{scored_on}"]})  # fmt: skip
+    return out
+
+
+def markdown(report: dict[str, object]) -> str:
+    scores: Scores = report["scores"]  # type: ignore[assignment]
+    halves = {fold: f"conversations {members[0]}-{members[-1]}" for fold, members in FOLDS}
+    columns = list(scores[OFF])
+    lines = [
+        "# BM25 over each memory with its neighbours' text (a probe), LoCoMo, two folds",
+        "",
+        f"- date (UTC) {report['date']}; commit {report['commit']}; machine {report['machine']}"
+        "; re-ranking (`python bench/lexical_context.py`); R@10 in percent, "
+        "default settings otherwise; 'before w' indexes each memory with the one before it in "
+        "its session, 'both w' with the ones before and after it; the BM25 part is "
+        "max(own, w x context), each divided by its best; 'off' is the shipped ranking",
+        f"- fold A = {halves['A']}, fold B = {halves['B']}; 'tuned' is the mean over "
+        f"{', '.join(TUNED)}; events is never tuned on",
+        "",
+        "| variant | tuned A | tuned B | " + " | ".join(columns) + " |",
+        "|---|---:|---:|" + "---:|" * len(columns),
+    ]
+    for variant, row in scores.items():
+        cells = " | ".join(f"{row[column]:.2f}" for column in columns)
+        lines.append(f"| {variant} | {mean(row, 'A'):.2f} | {mean(row, 'B'):.2f} | {cells} |")
+    lines += ["", "| tuned on | chosen | tuned mean on the other half | off on it "
+              "| turns on it | turns off on it |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for fold in report["folds"]:  # type: ignore[attr-defined]
+        lines.append(f"| {fold['tuned_on']} | {fold['chosen']} | {fold['chosen_score']:.2f} "
+                     f"| {fold['off_score']:.2f} | {fold['chosen_turns']:.1f} "
+                     f"| {fold['off_turns']:.1f} |")  # fmt: skip
+    lines += ["", "'turns:all' is the turn view over all ten conversations (its overall R@10, "
+              "as in locomo.md)."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
