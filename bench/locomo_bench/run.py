@@ -58,6 +58,7 @@ def view_report(bench: Bench, defaults: RetrievalSettings) -> dict[str, Any]:
         "bm25": both_views(run_ranker(bench, bm25_ranker, convs)),
         "dense": both_views(run_ranker(bench, dense_ranker, convs)),
         "rrf": both_views(run_ranker(bench, rrf_ranker, convs)),
+        "dense_search": both_views(run_ranker(bench, settings_ranker(dense_only(defaults)), convs)),
     }
     if any("\n" in q.text for c in convs for q in c.questions):  # chat queries
         for name, ranker in (("bm25", bm25_ranker), ("dense", dense_ranker), ("rrf", rrf_ranker)):
@@ -87,6 +88,14 @@ def view_report(bench: Bench, defaults: RetrievalSettings) -> dict[str, Any]:
     print(f"view {bench.name} scored in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     bench.materials.save()
     return report
+
+
+def dense_only(settings: RetrievalSettings) -> RetrievalSettings:
+    """The search ranking by its dense part alone: the query shaped as the search shapes it
+    (a chat excerpt's latest turn weighted); no BM25, session, period, spreading, importance
+    or recency."""
+    off = ("w_lexical", "w_session", "w_period", "w_act", "w_imp", "w_rec")
+    return settings.model_copy(update=dict.fromkeys(off, 0.0))
 
 
 def machine() -> dict[str, Any]:
