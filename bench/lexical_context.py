@@ -36,7 +36,7 @@ from benchkit import RESULTS, WORK, git, say
 from locomo_bench.cli import DEFAULT_DATA, VIEWS
 from locomo_bench.data import load_conversations
 from locomo_bench.metrics import recall10
-from locomo_bench.prepared import Bench, Materials, Snapshot, prepare
+from locomo_bench.prepared import Materials, Snapshot, prepare_views
 from locomo_bench.rankers import run_ranker, settings_ranker
 from locomo_bench.tuning import FOLDS, half
 from locomo_bench.views import build_views
@@ -91,14 +91,7 @@ def main() -> None:
     logger.remove()
     conversations = load_conversations(args.data, args.data.parent / "audit" / "errors.json")
     views = build_views(args.data, conversations)
-    materials: dict[str, Materials] = {}
-    benches = []
-    for name in VIEWS:
-        view = views[name]
-        if view.kind not in materials:
-            materials[view.kind] = prepare(args.work, args.data, view.kind, view.conversations)
-        benches.append(Bench(name=name, conversations=view.conversations,
-                             materials=materials[view.kind], tuned=view.tuned))  # fmt: skip
+    materials, benches = prepare_views(args.work, args.data, {name: views[name] for name in VIEWS})
     built = {
         (kind, sides): context_indexes(done, SIDES[sides])
         for kind, done in materials.items()

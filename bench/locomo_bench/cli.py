@@ -12,7 +12,7 @@ from benchkit import RESULTS, ROOT, WORK
 from loguru import logger
 
 from locomo_bench.data import load_conversations
-from locomo_bench.prepared import Bench, Materials, prepare
+from locomo_bench.prepared import prepare_views
 from locomo_bench.report import markdown
 from locomo_bench.run import build_report
 from locomo_bench.views import build_views
@@ -85,20 +85,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         conversations = conversations[:QUICK_CONVERSATIONS]
     out = args.out or (args.work / "quick" if args.quick else RESULTS)
     views = build_views(args.data, conversations)
-    materials: dict[str, Materials] = {}  # one store per kind of memories
-    benches = []
-    for name in args.views:
-        view = views[name]
-        if view.kind not in materials:
-            materials[view.kind] = prepare(args.work, args.data, view.kind, view.conversations)
-        benches.append(
-            Bench(
-                name=name,
-                conversations=view.conversations,
-                materials=materials[view.kind],
-                tuned=view.tuned,
-            )
-        )
+    materials, benches = prepare_views(
+        args.work, args.data, {name: views[name] for name in args.views}
+    )
     report = build_report(benches, tune_folds=not (args.quick or args.no_tune))
     for done in materials.values():
         done.save()

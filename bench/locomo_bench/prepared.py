@@ -17,7 +17,7 @@ import json
 import pickle
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from locomo_bench.data import Conversation
+from locomo_bench.views import View
 from secretary.config import Settings
 from store.db import MIGRATIONS
 from store.lexical import LexicalIndex, LexicalView
@@ -254,3 +255,24 @@ def prepare(work: Path, data: Path, kind: str, convs: Sequence[Conversation]) ->
     """Open (filling if needed) the store of one kind of memories and snapshot it."""
     store = open_store(work, store_name(data, kind), convs)
     return Materials(store, {c.namespace: snapshot(store, c.namespace) for c in convs})
+
+
+def prepare_views(
+    work: Path, data: Path, views: Mapping[str, View]
+) -> tuple[dict[str, Materials], list[Bench]]:
+    """Open one store per kind of memories and a `Bench` per view, in the order given; return
+    the materials by kind (to save and close) and the benches."""
+    materials: dict[str, Materials] = {}
+    benches = []
+    for name, view in views.items():
+        if view.kind not in materials:
+            materials[view.kind] = prepare(work, data, view.kind, view.conversations)
+        benches.append(
+            Bench(
+                name=name,
+                conversations=view.conversations,
+                materials=materials[view.kind],
+                tuned=view.tuned,
+            )
+        )
+    return materials, benches
