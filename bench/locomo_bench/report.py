@@ -144,8 +144,12 @@ NOTES = [
     "0 and 1440. It changes nothing on the turn and observation views (sessions, or one time "
     "per session) and protects the events view, whose neighbours are unrelated.",
     "- Chat queries: chat_focus_lexical = 0.9 (both folds chose it, each on its own half, over "
-    "0.5 and 0.75); chat_focus_dense = 0.7 (the folds chose 0.9 and 0.7). One-line questions "
-    "are not affected.",
+    "0.5 and 0.75); chat_focus_dense = 0.7, a judgement: both folds chose 0.9, the grid's "
+    "largest value, and 1.0 (the earlier turns not embedded at all) scores higher still, "
+    "because this benchmark's excerpts are unrelated to their question by construction (no "
+    "turn of an excerpt is evidence, and LoCoMo questions stand alone), so it can only reward "
+    "ignoring them; in a real chat the earlier turns are often about what is asked (see "
+    "docs/retrieval.md). One-line questions are not affected.",
     "- w_imp = 0.1, w_rec = 0.05 and the half-lives (90 days for importance, 30 for recency) "
     "are priors, not tuned: every LoCoMo turn has the same importance and no question favours "
     "recent events, so LoCoMo can only show what they cost (ablations).",
