@@ -20,11 +20,7 @@ Results: <out>/lexical_context.json and .md (numbers only, no LoCoMo text).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
-import statistics
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,15 +28,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchkit import RESULTS, WORK, git, say
-from locomo_bench.cli import DEFAULT_DATA, VIEWS
-from locomo_bench.data import load_conversations
+from benchkit import git, say
+from locomo_bench.cli import every_view
 from locomo_bench.metrics import recall10
-from locomo_bench.prepared import Materials, Snapshot, prepare_views
+from locomo_bench.prepared import Materials, Snapshot
 from locomo_bench.rankers import run_ranker, settings_ranker
-from locomo_bench.tuning import FOLDS, half
-from locomo_bench.views import build_views
-from loguru import logger
+from locomo_bench.run import machine as run_machine
+from locomo_bench.tuning import FOLDS, choose_on_folds, half, half_mean
 
 from store.lexical import LexDoc, LexicalIndex
 from store.lexical_source import SqlLexicalSource
@@ -83,15 +77,7 @@ def neighbour_texts(snap: Snapshot, memory_id: int, sides: tuple[str, ...]) -> l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo10.json")
-    parser.add_argument("--work", type=Path, default=WORK, help="the views' cached stores")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go")
-    args = parser.parse_args()
-    logger.remove()
-    conversations = load_conversations(args.data, args.data.parent / "audit" / "errors.json")
-    views = build_views(args.data, conversations)
-    materials, benches = prepare_views(args.work, args.data, {name: views[name] for name in VIEWS})
+    args, materials, benches = every_view(__doc__.split("\n\n")[0])
     built = {
         (kind, sides): context_indexes(done, SIDES[sides])
         for kind, done in materials.items()
@@ -131,25 +117,25 @@ def main() -> None:
 
 
 def machine() -> str:
-    return f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    found = run_machine()
+    return f"{found['platform']}, {found['cpu_count']} CPUs, Python {found['python']}"
 
 
 def mean(row: dict[str, float], fold: str) -> float:
-    return statistics.fmean(row[f"{view}:{fold}"] for view in TUNED)
+    return half_mean(row, fold, TUNED)
 
 
 def folds(scores: Scores) -> list[dict[str, object]]:
     """Per fold: the variant best on its half, and it and the shipped ranking on the other."""
-    out: list[dict[str, object]] = []
-    names = [fold for fold, _ in FOLDS]
-    for tuned_on, scored_on in (names, names[::-1]):
-        best = max(scores, key=lambda variant: (mean(scores[variant], tuned_on), variant))
-        out.append({"tuned_on": tuned_on, "scored_on": scored_on, "chosen": best,
-                    "chosen_score": round(mean(scores[best], scored_on), 2),
-                    "off_score": round(mean(scores[OFF], scored_on), 2),
-                    "chosen_turns": scores[best][f"turns:{scored_on}"],
-                    "off_turns": scores[OFF][f"turns:{scored_on}"]})  # fmt: skip
-    return out
+    return [
+        fold
+        | {
+            "off_score": round(mean(scores[OFF], fold["scored_on"]), 2),
+            "chosen_turns": scores[fold["chosen"]][f"turns:{fold['scored_on']}"],
+            "off_turns": scores[OFF][f"turns:{fold['scored_on']}"],
+        }
+        for fold in choose_on_folds(scores, TUNED)
+    ]
 
 
 def markdown(report: dict[str, object]) -> str:

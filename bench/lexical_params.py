@@ -12,24 +12,18 @@ Results: <out>/lexical_params.json and .md (numbers only, no LoCoMo text).
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchkit import RESULTS, WORK, git, say
-from locomo_bench.cli import DEFAULT_DATA, VIEWS
-from locomo_bench.data import load_conversations
+from benchkit import git, say
+from locomo_bench.cli import every_view
 from locomo_bench.metrics import recall10
-from locomo_bench.prepared import prepare_views
 from locomo_bench.rankers import run_ranker, settings_ranker
-from locomo_bench.tuning import FOLDS, half
-from locomo_bench.views import build_views
-from loguru import logger
+from locomo_bench.tuning import FOLDS, choose_on_folds, half, half_mean
 
 from store.lexical import DEFAULT_B, DEFAULT_K1
 from store.settings import RetrievalSettings
@@ -42,15 +36,7 @@ Scores = dict[str, dict[str, float]]  # "k1,b" -> "view:fold" -> R@10 in percent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo10.json")
-    parser.add_argument("--work", type=Path, default=WORK, help="the views' cached stores")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go")
-    args = parser.parse_args()
-    logger.remove()
-    conversations = load_conversations(args.data, args.data.parent / "audit" / "errors.json")
-    views = build_views(args.data, conversations)
-    materials, benches = prepare_views(args.work, args.data, {name: views[name] for name in VIEWS})
+    args, materials, benches = every_view(__doc__.split("\n\n")[0])
     ranker = settings_ranker(RetrievalSettings())
     scores: Scores = {}
     for k1, b in GRID:
@@ -76,18 +62,12 @@ def main() -> None:
 
 
 def mean(row: dict[str, float], fold: str) -> float:
-    return statistics.fmean(row[f"{view}:{fold}"] for view in TUNED)
+    return half_mean(row, fold, TUNED)
 
 
 def folds(scores: Scores) -> list[dict[str, object]]:
     """Per fold: the pair best on its half, and that pair and the defaults on the other."""
-    out: list[dict[str, object]] = []
-    names = [fold for fold, _ in FOLDS]
-    for tuned_on, scored_on in (names, names[::-1]):
-        best = max(scores, key=lambda pair: (mean(scores[pair], tuned_on), pair))
-        out.append({"tuned_on": tuned_on, "scored_on": scored_on, "chosen": best,
-                    "chosen_score": round(mean(scores[best], scored_on), 2)})  # fmt: skip
-    return out
+    return choose_on_folds(scores, TUNED)
 
 
 def markdown(report: dict[str, object]) -> str:

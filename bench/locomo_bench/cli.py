@@ -12,7 +12,7 @@ from benchkit import RESULTS, ROOT, WORK
 from loguru import logger
 
 from locomo_bench.data import load_conversations
-from locomo_bench.prepared import prepare_views
+from locomo_bench.prepared import Bench, Materials, prepare_views
 from locomo_bench.report import markdown
 from locomo_bench.run import build_report
 from locomo_bench.views import build_views
@@ -97,3 +97,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     for done in materials.values():
         done.store.close()
     print(markdown(report))
+
+
+def every_view(description: str) -> tuple[argparse.Namespace, dict[str, Materials], list[Bench]]:
+    """For a bench that re-ranks every view (bench/lexical_params.py, lexical_context.py): its
+    arguments (--data, --work, --out), the materials by kind and a `Bench` per view."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo10.json")
+    parser.add_argument("--work", type=Path, default=WORK, help="the views' cached stores")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where results go")
+    args = parser.parse_args()
+    logger.remove()
+    conversations = load_conversations(args.data, args.data.parent / "audit" / "errors.json")
+    views = build_views(args.data, conversations)
+    materials, benches = prepare_views(args.work, args.data, {name: views[name] for name in VIEWS})
+    return args, materials, benches

@@ -76,7 +76,8 @@ def last_line(ranker: Ranker) -> Ranker:
 
 BASELINES: dict[str, Ranker] = {"bm25": bm25_ranker, "dense": dense_ranker, "rrf": rrf_ranker}
 
-# Each ingredient of the default ranking, removed one at a time (re-ranking, all data).
+# Each ingredient of the default ranking removed, or set otherwise, one at a time (re-ranking,
+# all data).
 ABLATIONS: dict[str, dict[str, float | int]] = {
     "no dense (w_dense = 0)": {"w_dense": 0.0},
     "BM25 part as divided by the best, weight 1 (lexical_exponent = w_lexical = 1)": {
@@ -91,6 +92,8 @@ ABLATIONS: dict[str, dict[str, float | int]] = {
     },
     "no chat focus in BM25 (chat_focus_lexical = 0.5)": {"chat_focus_lexical": 0.5},
     "no chat focus in the vector (chat_focus_dense = 0)": {"chat_focus_dense": 0.0},
+    "the folds' chat focus in the vector (chat_focus_dense = 0.9)": {"chat_focus_dense": 0.9},
+    "the focus alone embedded (chat_focus_dense = 1)": {"chat_focus_dense": 1.0},
     "no importance or recency (w_imp = w_rec = 0)": {"w_imp": 0.0, "w_rec": 0.0},
     "importance decay off (half_life_days = 0)": {"half_life_days": 0.0},
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from locomo_bench.data import Conversation
@@ -117,3 +117,24 @@ def run_folds(benches: Sequence[Bench], defaults: RetrievalSettings) -> list[dic
 
 def _span(members: range) -> str:
     return f"{members[0]}-{members[-1]}"
+
+
+def half_mean(row: Mapping[str, float], fold: str, views: Sequence[str]) -> float:
+    """Mean of ``row`` ("view:fold" -> R@10) over ``views`` on one fold's half."""
+    return statistics.fmean(row[f"{view}:{fold}"] for view in views)
+
+
+def choose_on_folds(
+    scores: Mapping[str, Mapping[str, float]], views: Sequence[str]
+) -> list[dict[str, Any]]:
+    """For each fold, the candidate of ``scores`` best on its half over ``views`` (ties: the
+    larger key), and its mean over ``views`` on the other half."""
+    names = [fold for fold, _ in FOLDS]
+    chosen = []
+    for tuned_on, scored_on in (names, names[::-1]):
+        best = max(scores, key=lambda c: (half_mean(scores[c], tuned_on, views), c))
+        score = round(half_mean(scores[best], scored_on, views), 2)
+        chosen.append(
+            {"tuned_on": tuned_on, "scored_on": scored_on, "chosen": best, "chosen_score": score}
+        )
+    return chosen
