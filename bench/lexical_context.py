@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Container
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import git, say
 from locomo_bench.cli import every_view
 from locomo_bench.metrics import recall10
-from locomo_bench.prepared import Materials, Snapshot
-from locomo_bench.rankers import run_ranker, settings_ranker
+from locomo_bench.prepared import Bench, Materials, Snapshot
+from locomo_bench.rankers import Ranker, run_ranker, settings_ranker
 from locomo_bench.run import machine as run_machine
-from locomo_bench.tuning import FOLDS, choose_on_folds, half, half_mean
+from locomo_bench.tuning import FOLDS, choose_on_folds, half_mean
 
 from store.lexical import LexDoc, LexicalIndex
 from store.lexical_source import SqlLexicalSource
@@ -92,17 +93,9 @@ def main() -> None:
             else:
                 sides, weight = variant.split()
                 done.use_context(built[kind, sides], float(weight))
-        scores[variant] = {
-            f"{bench.name}:{fold}": round(
-                100 * recall10(run_ranker(bench, ranker, half(bench, members))), 2
-            )
-            for bench in benches
-            for fold, members in FOLDS
-        }
-        turns = next(bench for bench in benches if bench.name == "turns")
-        scores[variant]["turns:all"] = round(
-            100 * recall10(run_ranker(turns, ranker, turns.conversations)), 2
-        )
+        scores[variant] = {}
+        for bench in benches:
+            scores[variant] |= view_scores(bench, ranker)
         say(f"{variant}: {scores[variant]}")
     for done in materials.values():
         done.save()
@@ -114,6 +107,22 @@ def main() -> None:
     (args.out / "lexical_context.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / "lexical_context.md").write_text(markdown(report))
     print(markdown(report))
+
+
+def view_scores(bench: Bench, ranker: Ranker) -> dict[str, float]:
+    """R@10 on each fold's half ("view:A", "view:B") and, for the turn view, on all ten
+    conversations ("turns:all"), each question ranked once."""
+    # A view may have several namespaces per conversation (events: one per speaker).
+    ranked = [(conv.index, run_ranker(bench, ranker, [conv])) for conv in bench.conversations]
+
+    def r10(members: Container[int] | None) -> float:  # None: every conversation
+        got = [s for i, part in ranked if members is None or i in members for s in part]
+        return round(100 * recall10(got), 2)
+
+    out = {f"{bench.name}:{fold}": r10(members) for fold, members in FOLDS}
+    if bench.name == "turns":
+        out["turns:all"] = r10(None)
+    return out
 
 
 def machine() -> str:
