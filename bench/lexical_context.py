@@ -1,18 +1,14 @@
-"""A probe, not a shipped feature: BM25 over each memory together with its neighbours' text.
+"""Choose ``lexical_context``: BM25 that also scores each memory with the one before it.
 
 A dialogue turn often answers the turn before it ("Yes! It was amazing."), and the question's
-words are in that turn, not in the answer. This bench indexes each memory a second time with
-the text of its timeline neighbours in the same session (the one before it, or both), and
-scores the BM25 part as max(own, weight x context), each divided by its best; everything else
-keeps the default settings. For each fold, the variant with the best mean R@10 over the tuned
-views (turns, observations, chat) on one half of the conversations is scored on the other
-half, against the shipped ranking (off). The events view (no sessions) is reported for every
-variant. Memories without a session get no context, so the observation and event views only
-show that nothing else moves.
-
-The search does not do this yet: a memory's context changes when a memory is put before it,
-when the one before it leaves the timeline, is edited or forgotten, and the saved lexical index
-would have to follow each of these (see docs/retrieval.md).
+words are in that turn, not in the answer. With ``retrieval.lexical_context`` = w above 0 the
+search scores each memory's BM25 part as max(own, w x context), each divided by its best, where
+the context score is the memory's own BM25 plus that of the memory before it in its session
+(store/lexical_chain.py); everything else keeps the default settings. For each fold, the weight
+with the best mean R@10 over the tuned views (turns, observations, chat) on one half of the
+conversations is scored on the other half, against the ranking without it ('off'). The events
+view (no sessions) is reported for every weight. Memories without a session get no context, so
+the observation and event views only show that nothing else moves.
 
 Run: python bench/lexical_context.py [--data PATH] [--work DIR] [--out DIR]
 Results: <out>/lexical_context.json and .md (numbers only, no LoCoMo text).
@@ -32,67 +28,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import git, say
 from locomo_bench.cli import every_view
 from locomo_bench.metrics import recall10
-from locomo_bench.prepared import Bench, Materials, Snapshot
+from locomo_bench.prepared import Bench
 from locomo_bench.rankers import Ranker, run_ranker, settings_ranker
 from locomo_bench.run import machine as run_machine
 from locomo_bench.tuning import FOLDS, choose_on_folds, half_mean
 
-from store.lexical import LexDoc, LexicalIndex
-from store.lexical_source import SqlLexicalSource
 from store.settings import RetrievalSettings
 
 OFF = "off"
-SIDES = {"before": ("prev_id",), "both": ("prev_id", "next_id")}
-GRID = [OFF] + [f"{sides} {weight}" for sides in SIDES for weight in (0.6, 0.7, 0.8, 0.9, 1.0)]
+GRID = [OFF, "0.5", "0.6", "0.7", "0.8", "0.9", "1.0"]
 TUNED = ("turns", "observations", "chat")
 
 Scores = dict[str, dict[str, float]]  # variant -> "view:fold" -> R@10 in percent
 
 
-def context_indexes(materials: Materials, sides: tuple[str, ...]) -> dict[str, LexicalIndex]:
-    """Per namespace, BM25 over each memory's document followed by its neighbours' texts."""
-    source = SqlLexicalSource(materials.store.db.search)
-    indexes = {}
-    for namespace, snap in materials.snapshots.items():
-        docs = [
-            LexDoc(
-                memory_id=doc.memory_id,
-                text=" ".join([doc.text, *neighbour_texts(snap, doc.memory_id, sides)]),
-                session_key=None,
-            )
-            for doc in source.all_docs(namespace)
-            if doc.memory_id in snap.search
-        ]
-        indexes[namespace] = LexicalIndex.build(docs)
-    return indexes
-
-
-def neighbour_texts(snap: Snapshot, memory_id: int, sides: tuple[str, ...]) -> list[str]:
-    row = snap.search[memory_id]
-    texts = []
-    for side in sides:
-        other = snap.search.get(getattr(row, side))
-        if other is not None and row.session_id is not None and other.session_id == row.session_id:
-            texts.append(snap.content[other.id])
-    return texts
-
-
 def main() -> None:
     args, materials, benches = every_view(__doc__.split("\n\n")[0])
-    built = {
-        (kind, sides): context_indexes(done, SIDES[sides])
-        for kind, done in materials.items()
-        for sides in SIDES
-    }
-    ranker = settings_ranker(RetrievalSettings())
     scores: Scores = {}
     for variant in GRID:
-        for kind, done in materials.items():
-            if variant == OFF:
-                done.use_context({}, 0.0)
-            else:
-                sides, weight = variant.split()
-                done.use_context(built[kind, sides], float(weight))
+        weight = 0.0 if variant == OFF else float(variant)
+        ranker = settings_ranker(RetrievalSettings(lexical_context=weight))
         scores[variant] = {}
         for bench in benches:
             scores[variant] |= view_scores(bench, ranker)
@@ -152,13 +107,13 @@ def markdown(report: dict[str, object]) -> str:
     halves = {fold: f"conversations {members[0]}-{members[-1]}" for fold, members in FOLDS}
     columns = list(scores[OFF])
     lines = [
-        "# BM25 over each memory with its neighbours' text (a probe), LoCoMo, two folds",
+        "# BM25 with the memory before each memory (lexical_context), LoCoMo, two folds",
         "",
         f"- date (UTC) {report['date']}; commit {report['commit']}; machine {report['machine']}"
         "; re-ranking (`python bench/lexical_context.py`); R@10 in percent, "
-        "default settings otherwise; 'before w' indexes each memory with the one before it in "
-        "its session, 'both w' with the ones before and after it; the BM25 part is "
-        "max(own, w x context), each divided by its best; 'off' is the shipped ranking",
+        "default settings otherwise; a variant w is lexical_context = w: the BM25 part is "
+        "max(own, w x context), each divided by its best, the context being the memory's own "
+        "BM25 plus that of the memory before it in its session; 'off' is lexical_context = 0",
         f"- fold A = {halves['A']}, fold B = {halves['B']}; 'tuned' is the mean over "
         f"{', '.join(TUNED)}; events is never tuned on",
         "",

@@ -2,7 +2,9 @@
 
 Run: python bench/lexical_micro.py [--docs 100000] [--words 20] [--session-size 20]
 Documents are synthetic: a date prefix plus words drawn from a Zipf(1.1) distribution over a
-50k-word vocabulary, so query terms have realistic posting-list lengths. Prints results only.
+50k-word vocabulary, so query terms have realistic posting-list lengths, in sessions of
+--session-size memories. search_context is a search with the default lexical_context (each
+memory also read with the one before it). Prints results only.
 """
 
 from __future__ import annotations
@@ -15,14 +17,20 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from store.lexical import LexDoc, LexicalCache, LexicalIndex, LexicalView
+from store.lexical import LexDoc, LexicalIndex
+from store.lexical_cache import LexicalCache, Versions
+from store.lexical_view import LexicalView
+from store.settings import RetrievalSettings
 
 VOCAB = 50_000
+CONTEXT = RetrievalSettings().lexical_context
 
 
 def _rss_mib() -> float:
@@ -68,8 +76,12 @@ def _latency_ms(fn: Callable[[str, int], object], queries: list[str]) -> tuple[f
     return statistics.median(times), times[int(len(times) * 0.95)]
 
 
-def _report_latency(label: str, view: LexicalIndex | LexicalView, queries: list[str]) -> None:
-    for name, fn in (("search", view.search), ("search_sessions", view.search_sessions)):
+def _report_latency(label: str, view: LexicalView, queries: list[str]) -> None:
+    def with_context(query: str, k: int) -> object:
+        return view.search(query, k, context=CONTEXT)
+
+    searches = {"search": view.search, "search_context": with_context}
+    for name, fn in (*searches.items(), ("search_sessions", view.search_sessions)):
         med, p95 = _latency_ms(fn, queries)
         print(f"  {label:<28} {name:<16} k=100  median {med:6.2f} ms   p95 {p95:6.2f} ms")
 
@@ -93,43 +105,58 @@ def main() -> None:
     print(f"docs={args.docs} words/doc={args.words} sessions={args.docs // args.session_size}")
     print(f"build (tokenise + memory and session indexes): {build_s:.2f} s")
     print(f"index memory (RSS growth after build): {_rss_mib() - rss_before:.0f} MiB")
-    _report_latency("base only", index, queries)
+    _report_latency("base only", LexicalView(index), queries)
     del index
     gc.collect()
 
     cache = LexicalCache(max_tail=args.max_tail)
-    store = list(docs)
-    revision = 0
-
-    def get() -> LexicalView:
-        return cache.get(
-            "ns",
-            revision,
-            lambda: list(store),
-            lambda after: store[max(after, 0) :],  # ids are 1..n in order: a cheap slice
-        )
+    source = _Source(docs)
 
     def timed_get() -> float:
         start = time.perf_counter()
-        get()
+        cache.get("ns", source)
         return (time.perf_counter() - start) * 1000
 
-    get()
+    cache.get("ns", source)
     print(f"cache hit (same revision): {timed_get():.3f} ms")
-    revision += 1
-    print(f"revision changed, nothing new (cheap path): {timed_get():.3f} ms")
     for tail in (1, 2, args.max_tail // 2, args.max_tail):
-        missing = tail - (len(store) - args.docs)
-        store.extend(_docs(missing, args.words, args.session_size, len(store) + 1))
-        revision += 1
+        missing = tail - (len(source.docs) - args.docs)
+        source.extend(_docs(missing, args.words, args.session_size, len(source.docs) + 1))
         print(f"refresh with tail of {tail:>5} docs: {timed_get():7.1f} ms")
-    _report_latency(f"base + tail of {args.max_tail}", get(), queries)
-    store.extend(_docs(1, args.words, args.session_size, len(store) + 1))
-    revision += 1
-    print(f"tail overflow -> synchronous base rebuild: {timed_get() / 1000:.2f} s")
+    _report_latency(f"base + tail of {args.max_tail}", cache.get("ns", source), queries)
+    source.extend(_docs(1, args.words, args.session_size, len(source.docs) + 1))
+    print(f"tail overflow -> merge into a new base: {timed_get() / 1000:.2f} s")
     cache.invalidate("ns")
     gc.collect()
     _report_traced(docs)
+
+
+class _Source:
+    """An append-only namespace as the cache reads it (ids 1..n in order)."""
+
+    def __init__(self, docs: list[LexDoc]) -> None:
+        self.docs = list(docs)
+        self.revision = 1
+
+    def extend(self, docs: list[LexDoc]) -> None:
+        self.docs.extend(docs)
+        self.revision += 1
+
+    def revisions(self, namespace: str) -> tuple[int, int]:
+        return self.revision, 0
+
+    def all_docs(self, namespace: str) -> list[LexDoc]:
+        return list(self.docs)
+
+    def docs_after(self, namespace: str, after_id: int) -> list[LexDoc]:
+        return self.docs[max(after_id, 0) :]
+
+    def docs_of(self, namespace: str, ids: Sequence[int]) -> list[LexDoc]:
+        return [self.docs[i - 1] for i in ids]
+
+    def versions(self, namespace: str) -> Versions:
+        ids = np.arange(1, len(self.docs) + 1, dtype=np.int64)
+        return Versions(active_ids=ids, active_versions=np.zeros_like(ids), stored_ids=ids)
 
 
 def _report_traced(docs: list[LexDoc]) -> None:

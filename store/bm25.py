@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Postings", "build", "idf", "score"]
+__all__ = ["Postings", "best_rows", "build", "idf", "score", "term_frequencies"]
 
 Ints = npt.NDArray[np.int64]
 Int32s = npt.NDArray[np.int32]
@@ -105,3 +105,46 @@ def score(postings: Postings, term_ids: list[int]) -> Floats32:
         # A term lists each document once, so a plain fancy-index add is np.add.at's result.
         scores[indices[start:end]] += data[start:end]
     return scores
+
+
+def term_frequencies(
+    postings: Postings,
+    term: int,
+    lengths: Ints,
+    *,
+    k1: float,
+    b: float,
+    avg_len: float | None = None,
+) -> tuple[Int32s, Floats]:
+    """Return the documents holding ``term`` and how often it occurs in each.
+
+    The postings keep scores, not counts; for one document a score is an increasing function
+    of the count (``build``), so the count is read back from it, exactly, as counts are whole
+    numbers. ``lengths`` are the documents' lengths the postings were built from (and their
+    mean ``lengths.mean()``, which a caller asking often passes as ``avg_len``).
+    """
+    start, end = int(postings.indptr[term]), int(postings.indptr[term + 1])
+    docs = postings.indices[start:end]
+    if end == start:
+        return docs, np.zeros(0, dtype=np.float64)
+    term_idf = float(np.float32(idf(end - start, postings.n_docs)))
+    if avg_len is None:
+        avg_len = float(lengths.sum()) / postings.n_docs
+    norm = k1 * ((1 - b) + b * lengths[docs].astype(np.float64) / avg_len)
+    saturation = postings.data[start:end].astype(np.float64) / term_idf  # tf / (tf + norm)
+    return docs, np.rint(saturation * norm / (1.0 - saturation))
+
+
+def best_rows(total: Floats, k: int) -> Ints:
+    """The positions of the ``k`` best scores above 0, best first, ties in position order (so
+    equal scores come out the same every time)."""
+    hits = np.flatnonzero(total)  # in document order
+    if hits.size > k:
+        # Partition the hits only: numpy's partition is very slow on the many zeros.
+        scores = total[hits]
+        threshold = np.partition(scores, hits.size - k)[hits.size - k]
+        above = hits[scores > threshold]
+        tied = hits[scores == threshold][: k - above.size]  # the first ones, for stability
+        hits = np.concatenate((above, tied))
+    out: Ints = hits[np.lexsort((hits, -total[hits]))]
+    return out

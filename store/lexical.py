@@ -1,4 +1,4 @@
-"""BM25 lexical index over one namespace's memories: documents, the index and views of it.
+"""BM25 lexical index over one namespace's memories: its documents and the index.
 
 The index is derived: SQL is the truth and the caller loads the documents. Scoring is Lucene
 BM25 (``store.bm25``, bit for bit bm25s's) over Snowball-stemmed English tokens; this module
@@ -7,10 +7,8 @@ is exactly 1.0.
 
 An index is immutable: its documents are columns of arrays (``store.lexical_columns``), which a
 saved index memory-maps (``store.lexical_files``), and two BM25 matrices over them, one of
-memories and one of whole sessions. A `LexicalView` searches a *base* index, minus the documents
-that changed since it was built, plus a small *tail* index of the memories added or changed
-since, as one corpus; ``store.lexical_cache`` keeps the views current and merges the tail into
-the base when it grows.
+memories and one of whole sessions. A view of it (``store.lexical_view``) adds the memories
+added or changed since it was built.
 
 A build reads its documents as a stream and tokenises them a chunk at a time into the columns:
 a server builds while it answers requests, and a build that held every document's text and
@@ -37,11 +35,11 @@ import numpy.typing as npt
 import Stemmer
 
 from store import bm25
+from store.lexical_chain import predecessors
 from store.lexical_columns import Columns, Ints
 from store.lexical_facets import FacetIndex, Mask, event_micros, facets_of
-from store.requests import SearchFilters
 
-__all__ = ["LexDoc", "LexicalIndex", "LexicalView", "tokenize"]
+__all__ = ["LexDoc", "LexicalIndex", "Scope", "part_weights", "search_parts", "tokenize"]
 
 # bm25s sets its own logger to DEBUG at import, which lets its per-build debug lines through
 # any root handler; only its warnings are of interest to us.
@@ -189,24 +187,17 @@ class _Part(Generic[K]):
         """
         if not weights or self.n_docs == 0:
             return []
-        total = self._scores(weights)
+        total = self.scores(weights)
         if among is not None:
             total[~np.isin(self.keys, np.asarray(list(among)))] = 0.0
         if scope is not None:
             scope.apply(total)
-        hits = np.flatnonzero(total)  # in document order
-        if hits.size > k:
-            # Partition the hits only: numpy's partition is very slow on the many zeros.
-            scores = total[hits]
-            threshold = np.partition(scores, hits.size - k)[hits.size - k]
-            above = hits[scores > threshold]
-            tied = hits[scores == threshold][: k - above.size]  # the first ones, for stability
-            hits = np.concatenate((above, tied))
-        # Best first, ties in document order, so equal scores come out the same every time.
-        hits = hits[np.lexsort((hits, -total[hits]))]
-        return [(self.keys[i].item(), float(total[i])) for i in hits]
+        return [(self.keys[i].item(), float(total[i])) for i in bm25.best_rows(total, k)]
 
-    def _scores(self, weights: dict[str, float]) -> npt.NDArray[np.float64]:
+    def scores(self, weights: dict[str, float]) -> npt.NDArray[np.float64]:
+        """Every document's BM25 score for these weighted terms (see `top_k`)."""
+        if not weights:
+            return np.zeros(self.n_docs, dtype=np.float64)
         # One summation per distinct weight: a lone index has all weights equal to the query
         # term counts, so this is usually a single one.
         by_weight: dict[float, list[int]] = {}
@@ -233,7 +224,7 @@ class Scope:
             total[self.dead] = 0.0
 
 
-def _search_parts(
+def search_parts(
     parts: Sequence[tuple[_Part[K], Scope | None]],
     terms: list[str],
     k: int,
@@ -248,19 +239,28 @@ def _search_parts(
     """
     if k <= 0 or not terms:
         return {}
+    found: dict[K, float] = {}
+    for (part, scope), weights in zip(parts, part_weights(parts, terms), strict=True):
+        for key, score in part.top_k(weights, k, among, scope):
+            found[key] = max(score, found.get(key, 0.0))
+    return _normalise_top_k(found, k)
+
+
+def part_weights(
+    parts: Sequence[tuple[_Part[K], Scope | None]], terms: list[str]
+) -> list[dict[str, float]]:
+    """Each part's query term weights: count x IDF(all parts) / IDF(this part)."""
     query_tf = Counter(terms)
     n_all = sum(part.n_docs for part, _ in parts)
     df_all = {term: sum(part.doc_freq(term) for part, _ in parts) for term in query_tf}
-    found: dict[K, float] = {}
-    for part, scope in parts:
-        weights = {
+    return [
+        {
             term: count * bm25.idf(df_all[term], n_all) / bm25.idf(part.doc_freq(term), part.n_docs)
             for term, count in query_tf.items()
             if part.doc_freq(term) > 0
         }
-        for key, score in part.top_k(weights, k, among, scope):
-            found[key] = max(score, found.get(key, 0.0))
-    return _normalise_top_k(found, k)
+        for part, _ in parts
+    ]
 
 
 def _normalise_top_k(found: dict[K, float], k: int) -> dict[K, float]:
@@ -293,6 +293,18 @@ class LexicalIndex:
         session_keys = np.array(columns.session.names, dtype=str)
         self.session_part: _Part[str] = _Part(session_keys, sessions, self.vocab)
         self.max_memory_id: int | None = int(columns.keys[-1]) if len(columns) else None
+
+    @cached_property
+    def avg_len(self) -> float:
+        """The documents' mean length in tokens (their BM25's)."""
+        return float(self.columns.tokens.lengths.sum()) / max(len(self), 1)
+
+    @cached_property
+    def before(self) -> Ints:
+        """Each document's predecessor in its session (``store.lexical_chain``), made on the
+        first search that asks for context."""
+        columns = self.columns
+        return predecessors(columns.session.codes, columns.event_us, columns.keys)
 
     @classmethod
     def build(
@@ -336,67 +348,11 @@ class LexicalIndex:
 
     def search(self, query: str, k: int) -> dict[int, float]:
         """Return up to ``k`` memory_id -> score / best score, best first; {} if nothing matches."""
-        return _search_parts([(self.memory_part, None)], tokenize([query])[0], k)
+        return search_parts([(self.memory_part, None)], tokenize([query])[0], k)
 
     def search_sessions(self, query: str, k: int) -> dict[str, float]:
         """Return up to ``k`` session_key -> normalised session-document score, best first."""
-        return _search_parts([(self.session_part, None)], tokenize([query])[0], k)
+        return search_parts([(self.session_part, None)], tokenize([query])[0], k)
 
     def __len__(self) -> int:
         return self.memory_part.n_docs
-
-
-class LexicalView:
-    """A base index, minus its ``dead`` documents, plus an optional tail of newer ones, searched
-    as one corpus.
-
-    The tail must not repeat the live base's memory_ids (``store.lexical_cache`` ensures it).
-    Approximations, all gone once the base is rebuilt: each part keeps its own average document
-    length and dead documents still count in the base's statistics (the IDF is corrected to
-    the union's); a session with memories in both parts is scored as two session documents and
-    keeps the better score, and counts twice in the session IDF; the session documents of the
-    base still hold the words of its dead documents.
-    """
-
-    def __init__(
-        self,
-        base: LexicalIndex,
-        tail: LexicalIndex | None = None,
-        *,
-        dead: Ints | None = None,
-    ) -> None:
-        self.base = base
-        self.tail = tail if tail is not None and len(tail) else None
-        self.dead = dead if dead is not None and dead.size else None
-        self._indexes = [base] if self.tail is None else [base, self.tail]
-        self.tail_size = 0 if self.tail is None else len(self.tail)
-        self.dead_count = 0 if self.dead is None else int(self.dead.size)
-
-    def search(
-        self,
-        query: str,
-        k: int,
-        among: frozenset[int] | None = None,
-        filters: SearchFilters | None = None,
-    ) -> dict[int, float]:
-        """Like `LexicalIndex.search`, over base and tail; ``among`` restricts the memories,
-        and so do ``filters`` as far as the index holds them."""
-        parts = [
-            (
-                index.memory_part,
-                Scope(
-                    dead=self.dead if index is self.base else None,
-                    allowed=None if filters is None else index.facets.allowed(filters),
-                ),
-            )
-            for index in self._indexes
-        ]
-        return _search_parts(parts, tokenize([query])[0], k, among)
-
-    def search_sessions(self, query: str, k: int) -> dict[str, float]:
-        """Like `LexicalIndex.search_sessions`, over base and tail."""
-        parts = [(index.session_part, None) for index in self._indexes]
-        return _search_parts(parts, tokenize([query])[0], k)
-
-    def __len__(self) -> int:
-        return sum(len(index) for index in self._indexes) - self.dead_count

@@ -43,12 +43,12 @@ from store.lexical import (
     DEFAULT_K1,
     LexDoc,
     LexicalIndex,
-    LexicalView,
     TokDoc,
     release_free_memory,
     tokenise_docs,
 )
 from store.lexical_columns import Columns, Ints, merge
+from store.lexical_view import LexicalView
 
 _NO_DEAD: Ints = np.zeros(0, dtype=np.int64)
 _OPEN_ATTEMPTS = 3  # a snapshot deleted while being opened: look again

@@ -18,9 +18,9 @@ from typing import Protocol
 from loguru import logger
 
 from store.embedder import EmbedderError
-from store.lexical import LexicalView
 from store.lexical_cache import LexicalCache
 from store.lexical_source import SqlLexicalSource
+from store.lexical_view import LexicalView
 from store.neighbours import together
 from store.query_shape import QueryShape, query_vector, shape_query
 from store.reads.memories import MemoryReads
@@ -195,7 +195,16 @@ class Searcher:
         vector_answer = self._vector_hits(request, shape, config.dense_candidates, among, broad)
         lexical = mix_scores(
             [
-                (view.search(text, config.lexical_candidates, among, broad), weight)
+                (
+                    view.search(
+                        text,
+                        config.lexical_candidates,
+                        among,
+                        broad,
+                        context=config.lexical_context,
+                    ),
+                    weight,
+                )
                 for text, weight in shape.lexical
             ],
             config.lexical_candidates,

@@ -28,8 +28,9 @@ from locomo_bench.data import Conversation
 from locomo_bench.views import View
 from secretary.config import Settings
 from store.db import MIGRATIONS
-from store.lexical import LexicalIndex, LexicalView
+from store.lexical import LexicalIndex
 from store.lexical_source import SqlLexicalSource
+from store.lexical_view import LexicalView
 from store.query_shape import QueryShape, query_vector
 from store.reads.search import SearchRow
 from store.retrieval import mix_scores, parse_periods
@@ -119,31 +120,23 @@ class Materials:
             self._embedded = pickle.loads(self._cache.read_bytes())
         self._dirty = False
         self._matrices = {ns: self._matrix(snap) for ns, snap in snapshots.items()}
-        self._lexical: dict[tuple[str, str], dict[int, float]] = {}
+        self._lexical: dict[tuple[str, str, float], dict[int, float]] = {}
         self._sessions: dict[tuple[str, str], dict[str, float]] = {}
         self._dense: dict[tuple[str, tuple[tuple[str, float], ...]], list[VectorHit]] = {}
-        self._bm25: dict[str, LexicalIndex] = {}  # namespace -> an index with other parameters
-        # namespace -> BM25 over each memory's text with its neighbours' (bench/lexical_context)
-        self._context: dict[str, LexicalIndex] = {}
-        self._context_weight = 0.0
+        self._bm25: dict[str, LexicalView] = {}  # namespace -> an index with other parameters
         self.save()
 
     def use_bm25(self, k1: float, b: float) -> None:
         """Search BM25 indexes built with these parameters from now on (bench/lexical_params)."""
         source = SqlLexicalSource(self.store.db.search)
         self._bm25 = {
-            ns: LexicalIndex.build(source.all_docs(ns), k1=k1, b=b) for ns in self.snapshots
+            ns: LexicalView(LexicalIndex.build(source.all_docs(ns), k1=k1, b=b))
+            for ns in self.snapshots
         }
         self._lexical.clear()
         self._sessions.clear()
 
-    def use_context(self, indexes: dict[str, LexicalIndex], weight: float) -> None:
-        """Score each memory's BM25 part as max(own, ``weight`` x the context index's score),
-        each divided by its best, from now on ({} turns it off; bench/lexical_context)."""
-        self._context, self._context_weight = indexes, weight
-        self._lexical.clear()
-
-    def _lexical_view(self, namespace: str) -> LexicalIndex | LexicalView:
+    def _lexical_view(self, namespace: str) -> LexicalView:
         found = self._bm25.get(namespace)
         return found if found is not None else self.store.searcher.lexical_view(namespace)
 
@@ -172,16 +165,13 @@ class Materials:
         vectors = self.embed_many([snap.content[i] for i in ids])
         return ids, np.vstack(vectors) if vectors else np.zeros((0, 384), dtype=np.float32)
 
-    def lexical(self, namespace: str, text: str, n: int) -> dict[int, float]:
-        key = (namespace, text)
+    def lexical(self, namespace: str, text: str, n: int, context: float = 0.0) -> dict[int, float]:
+        """The ``n`` best BM25 hits of ``text``, scored with their context as the search
+        scores them (``context``: its weight, 0 for plain BM25)."""
+        key = (namespace, text, context)
         if key not in self._lexical:
-            found = self._lexical_view(namespace).search(text, WIDE_LEXICAL)
-            context = self._context.get(namespace)
-            if context is not None:
-                found = _with_context(
-                    found, context.search(text, WIDE_LEXICAL), self._context_weight
-                )
-            self._lexical[key] = found
+            view = self._lexical_view(namespace)
+            self._lexical[key] = view.search(text, WIDE_LEXICAL, context=context)
         return dict(itertools.islice(self._lexical[key].items(), n))
 
     def sessions(self, namespace: str, text: str) -> dict[str, float]:
@@ -214,7 +204,11 @@ class Materials:
         n_lexical = settings.lexical_candidates
         return Evidence(
             lexical=mix_scores(
-                [(self.lexical(ns, part, n_lexical), w) for part, w in shape.lexical], n_lexical
+                [
+                    (self.lexical(ns, part, n_lexical, settings.lexical_context), w)
+                    for part, w in shape.lexical
+                ],
+                n_lexical,
             ),
             sessions=mix_scores(
                 [(self.sessions(ns, part), w) for part, w in shape.lexical], SESSION_CANDIDATES
@@ -222,15 +216,6 @@ class Materials:
             hits=self.dense(ns, shape.dense, settings.dense_candidates),
             periods=parse_periods(shape.focus, conv.now),
         )
-
-
-def _with_context(
-    own: dict[int, float], context: dict[int, float], weight: float
-) -> dict[int, float]:
-    mixed = {mid: max(own.get(mid, 0.0), weight * context.get(mid, 0.0)) for mid in own | context}
-    order = sorted(mixed, key=lambda mid: (-mixed[mid], mid))[:WIDE_LEXICAL]
-    best = mixed[order[0]] if order else 1.0
-    return {mid: mixed[mid] / best for mid in order}
 
 
 @dataclass

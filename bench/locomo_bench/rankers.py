@@ -84,6 +84,7 @@ ABLATIONS: dict[str, dict[str, float | int]] = {
         "lexical_exponent": 1.0,
         "w_lexical": 1.0,
     },
+    "BM25 without the memory before (lexical_context = 0)": {"lexical_context": 0.0},
     "no session score (w_session = 0)": {"w_session": 0.0},
     "no period bonus (w_period = 0)": {"w_period": 0.0},
     "no spreading (w_act = 0)": {"w_act": 0.0},

@@ -42,3 +42,18 @@ def test_build_no_tokens_gives_empty_columns() -> None:
     postings = bm25.build(np.zeros(0, np.int32), np.zeros(3, np.int64), n_terms=2, k1=1.5, b=0.75)
     assert postings.indptr.tolist() == [0, 0, 0]
     assert bm25.score(postings, [0, 1]).tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(("seed", "k1", "b"), [(3, 0.9, 0.4), (4, 1.5, 0.75), (5, 1.2, 1.0)])
+def test_term_frequencies_reads_back_each_documents_count(seed: int, k1: float, b: float) -> None:
+    corpus, lengths = _zipf_corpus(seed, docs=1500, vocab=300)
+    corpus.append([7] * 250 + [8])  # a long document repeating one term: the hardest to read
+    lengths = np.append(lengths, 251).astype(np.int64)
+    flat = np.array([term for doc in corpus for term in doc], dtype=np.int32)
+    postings = bm25.build(flat, lengths, n_terms=300, k1=k1, b=b)
+
+    for term in (0, 1, 7, 8, 150, 299):
+        docs, counts = bm25.term_frequencies(postings, term, lengths, k1=k1, b=b)
+        expected = [corpus[doc].count(term) for doc in docs.tolist()]
+        assert docs.tolist() == [i for i, doc in enumerate(corpus) if term in doc]
+        assert counts.tolist() == expected

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from store import lexical
-from store.lexical import LexDoc, LexicalIndex, LexicalView, tokenize
+from store.lexical import LexDoc, LexicalIndex, tokenize
 from store.lexical_columns import merge
 from store.lexical_facets import FACET_VALUE_CHARS
+from store.lexical_view import LexicalView
 from store.requests import SearchFilters
 
 

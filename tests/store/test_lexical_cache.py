@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from store import lexical_files as files
-from store.lexical import LexDoc, LexicalIndex, LexicalView
+from store.lexical import LexDoc, LexicalIndex
 from store.lexical_cache import LexicalCache, Versions
+from store.lexical_view import LexicalView
 
 QUERIES = ("dog park", "paris rainy trip", "squirrel", "tax forms", "violin", "bicycle tyre")
 

@@ -367,6 +367,25 @@ def test_search_spreading_adds_timeline_neighbour_without_match(store: Store) ->
     assert neighbour.breakdown.activation == pytest.approx(hits[0].breakdown.relevance)
 
 
+@pytest.mark.parametrize("context", [0.0, 0.8])
+def test_search_reply_found_lexically_by_the_turn_it_answers(store: Store, context: float) -> None:
+    settings = store.settings.retrieval.model_copy(update={"lexical_context": context})
+    searcher = Searcher(
+        reads=store.db.search, memories=store.db.memories, index=lambda: store.index,
+        lexical=store.lexical, settings=settings,
+    )  # fmt: skip
+    hits = searcher.search(SearchRequest(namespace=NS, query="adopted puppy"), now=NOW).hits
+    searcher.close()
+    by_content = {hit.memory.content: hit for hit in hits}
+    question, reply = by_content[CORPUS[5]["content"]], by_content[CORPUS[6]["content"]]
+    assert hits[0] is question
+    assert question.breakdown.lexical == 1.0
+    if context:  # "Call her Biscuit" holds no word of the query; the turn it answers does
+        assert 0.0 < reply.breakdown.lexical < 1.0
+    else:
+        assert reply.breakdown.lexical == 0.0
+
+
 def test_search_k_limits_hits(store: Store) -> None:
     assert len(_search(store, "router network", k=2).hits) == 2
     assert _search(store, "router network", k=0).hits == ()

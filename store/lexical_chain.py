@@ -1,0 +1,223 @@
+"""The memory before each memory in its session, and the BM25 score of the two together.
+
+A dialogue turn often answers the turn before it ("Yes! It was amazing."): the question's words
+are in that turn, not in the answer. So besides its own document a memory has a *context*
+document, its own tokens followed by those of the memory before it in the same session (by
+event time, then id); the lexical evidence keeps the better of its own BM25 score and
+``weight`` x its context's, each divided by its best (``store.lexical``). A memory without a
+session, or first in its session, is its own context.
+
+Nothing here is saved: the chain is derived from an index's columns, once per base, and a view
+(base minus its dead documents plus a tail) re-chains only the sessions its changes touch. The
+context documents are never built either: a query's terms are counted in the postings of the
+memories' own documents and added up along the chain (``context_scores``), so a forgotten
+memory's words reach no other document and a memory put between two others changes no indexed
+document.
+
+Pure: arrays in, arrays out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from store.bm25 import best_rows, idf
+from store.lexical_columns import Columns, Int32s, Ints
+
+__all__ = [
+    "Chain",
+    "chained_top_k",
+    "context_scores",
+    "predecessors",
+    "view_predecessors",
+]
+
+NONE = -1
+Floats = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class Chain:
+    """The memory rows of a view as one row space (base rows, then tail rows): each row's key,
+    its length in tokens and the row before it in its session (-1: none). ``dead`` rows are
+    out of the corpus: no row's predecessor, with none of their own."""
+
+    keys: Ints
+    lengths: Ints
+    before: Ints
+    dead: Ints | None = None
+
+    @cached_property
+    def after(self) -> Ints:
+        """Each row's successor in its session (-1: none)."""
+        after = np.full(len(self.before), NONE, dtype=np.int64)
+        has = np.flatnonzero(self.before >= 0)
+        after[self.before[has]] = has
+        return after
+
+    @cached_property
+    def context_lengths(self) -> Floats:
+        """Each row's context document's length: its own plus its predecessor's."""
+        lengths = self.lengths.astype(np.float64)
+        before = self.before
+        out: Floats = lengths + np.where(before >= 0, lengths[np.maximum(before, 0)], 0.0)
+        return out
+
+    @cached_property
+    def live(self) -> tuple[int, float]:
+        """How many rows are live, and their context documents' mean length."""
+        lengths = self.context_lengths
+        n_dead = 0 if self.dead is None else int(self.dead.size)
+        total = float(lengths.sum()) - (
+            0.0 if self.dead is None else float(lengths[self.dead].sum())
+        )
+        n_live = len(lengths) - n_dead
+        return n_live, total / n_live if n_live else 0.0
+
+
+def predecessors(sessions: Int32s, event_us: Ints, keys: Ints) -> Ints:
+    """For each row, the row before it in its session by (event time, key); -1 for the first
+    row of a session and for rows without one (a session code below 0)."""
+    out = np.full(len(keys), NONE, dtype=np.int64)
+    rows = np.flatnonzero(np.asarray(sessions) >= 0)
+    if rows.size < 2:
+        return out
+    order = rows[np.lexsort((keys[rows], event_us[rows], np.asarray(sessions)[rows]))]
+    same = np.asarray(sessions)[order[1:]] == np.asarray(sessions)[order[:-1]]
+    out[order[1:][same]] = order[:-1][same]
+    return out
+
+
+def view_predecessors(
+    base: Columns,
+    base_chain: Ints,
+    *,
+    dead: Ints | None = None,
+    tail: Columns | None = None,
+) -> Ints:
+    """The chain of a view: ``predecessors`` over the live base rows and the tail's rows as
+    one set, the tail's row ``i`` at position ``len(base) + i``.
+
+    ``base_chain`` is the base's own chain. Only the sessions of dead rows and of tail rows
+    are chained again; dead rows have no predecessor.
+    """
+    n_base = len(base)
+    n_tail = 0 if tail is None else len(tail)
+    out = np.concatenate((base_chain, np.full(n_tail, NONE, dtype=np.int64)))
+    touched: dict[str, int] = {}
+    if dead is not None and dead.size:
+        _add_names(touched, base.session.codes[dead], base.session.names)
+    if tail is not None:
+        _add_names(touched, tail.session.codes, tail.session.names)
+    if not touched:
+        return out
+    base_ids = _renumber(base.session.codes, base.session.names, touched)
+    base_rows = np.flatnonzero(base_ids >= 0)
+    if dead is not None and dead.size:
+        base_rows = np.setdiff1d(base_rows, dead, assume_unique=True)
+    parts = [(base_rows, base_rows, base_ids, base)]
+    if tail is not None:
+        tail_ids = _renumber(tail.session.codes, tail.session.names, touched)
+        tail_rows = np.flatnonzero(tail_ids >= 0)
+        parts.append((tail_rows, n_base + tail_rows, tail_ids, tail))
+    positions = np.concatenate([at for _, at, _, _ in parts])
+    local = predecessors(
+        np.concatenate([ids[rows] for rows, _, ids, _ in parts]).astype(np.int32),
+        np.concatenate([cols.event_us[rows] for rows, _, _, cols in parts]),
+        np.concatenate([cols.keys[rows] for rows, _, _, cols in parts]),
+    )
+    out[positions] = np.where(local >= 0, positions[np.maximum(local, 0)], NONE)
+    if dead is not None:
+        out[dead] = NONE
+    return out
+
+
+def _add_names(touched: dict[str, int], codes: Int32s, names: list[str]) -> None:
+    for code in np.unique(codes[codes >= 0]).tolist():
+        touched.setdefault(names[code], len(touched))
+
+
+def _renumber(codes: Int32s, names: list[str], touched: dict[str, int]) -> Int32s:
+    """The rows' sessions as numbers of ``touched`` (-1: not touched, or none)."""
+    table = np.array([touched.get(name, NONE) for name in names] + [NONE], dtype=np.int32)
+    out: Int32s = table[codes]  # a code of -1 reads the appended -1
+    return out
+
+
+def context_scores(
+    terms: Sequence[tuple[float, Ints, Floats]], chain: Chain, *, k1: float, b: float
+) -> tuple[Ints, Floats]:
+    """Score the context documents of the live rows as a corpus of their own (Lucene BM25,
+    as ``store.bm25``, in float64): return the rows scoring above 0, ascending, and their
+    scores.
+
+    ``terms`` holds, per query term, its count in the query and the live rows holding it
+    (ascending) with how often each does.
+    """
+    n_live, avg_len = chain.live
+    found_rows, found_scores = [], []
+    for count, rows, tf in terms:
+        if not rows.size:
+            continue
+        after = chain.after[rows]
+        holding = np.union1d(rows, after[after >= 0])  # the context documents with the term
+        context_tf = _count_at(rows, tf, holding) + _count_at(rows, tf, chain.before[holding])
+        norm = k1 * ((1 - b) + b * chain.context_lengths[holding] / avg_len)
+        weight = count * idf(holding.size, n_live)
+        found_rows.append(holding)
+        found_scores.append(weight * context_tf / (context_tf + norm))
+    if not found_rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    scored, inverse = np.unique(np.concatenate(found_rows), return_inverse=True)
+    scores = np.bincount(inverse, weights=np.concatenate(found_scores)).astype(np.float64)
+    return scored, scores
+
+
+def _count_at(rows: Ints, counts: Floats, at: Ints) -> Floats:
+    """``counts`` of ``rows`` (ascending) looked up at ``at`` (0 where absent, or -1)."""
+    slot = np.minimum(np.searchsorted(rows, at), rows.size - 1)
+    present = (at >= 0) & (rows[slot] == at)
+    out: Floats = np.where(present, counts[slot], 0.0)
+    return out
+
+
+def chained_top_k(
+    own: Floats,
+    context: tuple[Ints, Floats],
+    chain: Chain,
+    k: int,
+    weight: float,
+    *,
+    outside: npt.NDArray[np.bool_] | None = None,
+) -> dict[int, float]:
+    """Return up to ``k`` key -> max(own / best own, ``weight`` x context / best context),
+    divided by its best, best first.
+
+    ``own`` is every row's BM25 score (0 for dead rows), ``context`` the rows' context scores
+    from `context_scores`; ``outside`` rows are not returned.
+    """
+    hits = np.flatnonzero(own)
+    rows = np.union1d(hits, context[0])  # ascending, as positions are
+    own_score = own[rows]
+    context_score = _count_at(context[0], context[1], rows)
+    if outside is not None:
+        hidden = outside[rows]
+        own_score[hidden] = 0.0
+        context_score[hidden] = 0.0
+    mixed: dict[int, float] = {}
+    for scores, share in ((own_score, 1.0), (context_score, weight)):
+        best = best_rows(scores, k)
+        if best.size:
+            normalised = scores[best] / scores[best[0]]
+            for row, score in zip(rows[best].tolist(), normalised.tolist(), strict=True):
+                mixed[row] = max(mixed.get(row, 0.0), share * score)
+    ranked = [row for row in sorted(mixed, key=lambda row: (-mixed[row], row))[:k] if mixed[row]]
+    if not ranked:
+        return {}
+    top = mixed[ranked[0]]
+    return {int(chain.keys[row]): mixed[row] / top for row in ranked}

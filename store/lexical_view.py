@@ -1,0 +1,168 @@
+"""A view of a namespace's lexical index: a base index, minus the documents that changed since it
+was built, plus a small tail index of the memories added or changed since, searched as one
+corpus, optionally with each memory's context (``store.lexical_chain``).
+``store.lexical_cache`` keeps the views current and merges the tail into the base when it
+grows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+
+from store import bm25
+from store.lexical import LexicalIndex, Scope, part_weights, search_parts, tokenize
+from store.lexical_chain import Chain, Floats, chained_top_k, context_scores, view_predecessors
+from store.lexical_columns import Ints
+from store.requests import SearchFilters
+
+__all__ = ["LexicalView"]
+
+
+class LexicalView:
+    """A base index, minus its ``dead`` documents, plus an optional tail of newer ones, searched
+    as one corpus.
+
+    The tail must not repeat the live base's memory_ids (``store.lexical_cache`` ensures it).
+    Approximations, all gone once the base is rebuilt: each part keeps its own average document
+    length and dead documents still count in the base's statistics (the IDF is corrected to
+    the union's); a session with memories in both parts is scored as two session documents and
+    keeps the better score, and counts twice in the session IDF; the session documents of the
+    base still hold the words of its dead documents. Context scores (``search(context=...)``)
+    have none of these: they are counted over the live memories of both parts as one corpus.
+    """
+
+    def __init__(
+        self,
+        base: LexicalIndex,
+        tail: LexicalIndex | None = None,
+        *,
+        dead: Ints | None = None,
+    ) -> None:
+        self.base = base
+        self.tail = tail if tail is not None and len(tail) else None
+        self.dead = dead if dead is not None and dead.size else None
+        self._indexes = [base] if self.tail is None else [base, self.tail]
+        self.tail_size = 0 if self.tail is None else len(self.tail)
+        self.dead_count = 0 if self.dead is None else int(self.dead.size)
+
+    def search(
+        self,
+        query: str,
+        k: int,
+        among: frozenset[int] | None = None,
+        filters: SearchFilters | None = None,
+        *,
+        context: float = 0.0,
+    ) -> dict[int, float]:
+        """Like `LexicalIndex.search`, over base and tail; ``among`` restricts the memories,
+        and so do ``filters`` as far as the index holds them. A ``context`` weight above 0
+        also scores each memory with the one before it in its session (`_search_chained`)."""
+        scopes = [
+            Scope(
+                dead=self.dead if index is self.base else None,
+                allowed=None if filters is None else index.facets.allowed(filters),
+            )
+            for index in self._indexes
+        ]
+        terms = tokenize([query])[0]
+        if context > 0.0:
+            scoped = list(zip(self._indexes, scopes, strict=True))
+            return _search_chained(scoped, terms, k, self.chain, context, among)
+        parts = [
+            (index.memory_part, scope) for index, scope in zip(self._indexes, scopes, strict=True)
+        ]
+        return search_parts(parts, terms, k, among)
+
+    @cached_property
+    def chain(self) -> Chain:
+        """Base and tail rows as one row space, chained by session (see `Chain`)."""
+        base = self.base.columns
+        if self.tail is None and self.dead is None:
+            return Chain(keys=base.keys, lengths=base.tokens.lengths, before=self.base.before)
+        tail = None if self.tail is None else self.tail.columns
+        parts = [base] if tail is None else [base, tail]
+        return Chain(
+            keys=np.concatenate([columns.keys for columns in parts]),
+            lengths=np.concatenate([columns.tokens.lengths for columns in parts]),
+            before=view_predecessors(base, self.base.before, dead=self.dead, tail=tail),
+            dead=self.dead,
+        )
+
+    def search_sessions(self, query: str, k: int) -> dict[str, float]:
+        """Like `LexicalIndex.search_sessions`, over base and tail."""
+        parts = [(index.session_part, None) for index in self._indexes]
+        return search_parts(parts, tokenize([query])[0], k)
+
+    def __len__(self) -> int:
+        return sum(len(index) for index in self._indexes) - self.dead_count
+
+
+def _search_chained(
+    parts: Sequence[tuple[LexicalIndex, Scope]],
+    terms: list[str],
+    k: int,
+    chain: Chain,
+    weight: float,
+    among: frozenset[int] | None = None,
+) -> dict[int, float]:
+    """Like `search_parts` over the indexes' memories, each memory scored max(own / best
+    own, ``weight`` x context / best context), where its context document is its own followed
+    by the memory before it (``store.lexical_chain``); the result divided by its best again."""
+    if k <= 0 or not terms:
+        return {}
+    memory_parts = [(index.memory_part, scope) for index, scope in parts]
+    own = np.concatenate(
+        [
+            part.scores(weights)
+            for (part, _), weights in zip(
+                memory_parts, part_weights(memory_parts, terms), strict=True
+            )
+        ]
+    )
+    if chain.dead is not None:
+        own[chain.dead] = 0.0
+    holding = [(float(count), *_live_counts(parts, term)) for term, count in Counter(terms).items()]
+    base = parts[0][0]
+    context = context_scores(holding, chain, k1=base.k1, b=base.b)
+    # The filters and ``among`` narrow what a search returns, not where context comes from.
+    outside = None
+    if any(scope.allowed is not None for _, scope in parts):
+        outside = ~np.concatenate(
+            [
+                np.ones(len(index), np.bool_) if scope.allowed is None else scope.allowed
+                for index, scope in parts
+            ]
+        )
+    if among is not None:
+        not_among = ~np.isin(chain.keys, np.asarray(list(among)))
+        outside = not_among if outside is None else outside | not_among
+    return chained_top_k(own, context, chain, k, weight, outside=outside)
+
+
+def _live_counts(parts: Sequence[tuple[LexicalIndex, Scope]], term: str) -> tuple[Ints, Floats]:
+    """The live rows (base rows, then tail rows) holding ``term``, and how often each does."""
+    rows, counts, offset = [], [], 0
+    for index, scope in parts:
+        term_id = index.vocab.get(term)
+        if term_id is not None:
+            docs, tf = bm25.term_frequencies(
+                index.memory_part.postings,
+                term_id,
+                index.columns.tokens.lengths,
+                k1=index.k1,
+                b=index.b,
+                avg_len=index.avg_len,
+            )
+            if scope.dead is not None:
+                live = ~np.isin(docs, scope.dead)
+                docs, tf = docs[live], tf[live]
+            rows.append(offset + docs.astype(np.int64))
+            counts.append(tf)
+        offset += len(index)
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    return np.concatenate(rows), np.concatenate(counts)
