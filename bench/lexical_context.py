@@ -6,9 +6,10 @@ search scores each memory's BM25 part as max(own, w x context), each divided by 
 the context score is the memory's own BM25 plus that of the memory before it in its session
 (store/lexical_chain.py); everything else keeps the default settings. For each fold, the weight
 with the best mean R@10 over the tuned views (turns, observations, chat) on one half of the
-conversations is scored on the other half, against the ranking without it ('off'). The events
-view (no sessions) is reported for every weight. Memories without a session get no context, so
-the observation and event views only show that nothing else moves.
+conversations is scored on the other half, against the ranking without it ('off'). Memories
+without a session get no context, so the observation and event views only show that nothing
+else moves. Two views are never tuned on: events, and 'extracted', the observations with their
+session ids as the extractor writes memories (facts of one chat chained, not dialogue turns).
 
 Run: python bench/lexical_context.py [--data PATH] [--work DIR] [--out DIR]
 Results: <out>/lexical_context.json and .md (numbers only, no LoCoMo text).
@@ -43,7 +44,7 @@ Scores = dict[str, dict[str, float]]  # variant -> "view:fold" -> R@10 in percen
 
 
 def main() -> None:
-    args, materials, benches = every_view(__doc__.split("\n\n")[0])
+    args, materials, benches = every_view(__doc__.split("\n\n")[0], extracted=True)
     scores: Scores = {}
     for variant in GRID:
         weight = 0.0 if variant == OFF else float(variant)
@@ -115,7 +116,8 @@ def markdown(report: dict[str, object]) -> str:
         "max(own, w x context), each divided by its best, the context being the memory's own "
         "BM25 plus that of the memory before it in its session; 'off' is lexical_context = 0",
         f"- fold A = {halves['A']}, fold B = {halves['B']}; 'tuned' is the mean over "
-        f"{', '.join(TUNED)}; events is never tuned on",
+        f"{', '.join(TUNED)}; events and extracted (the observations with their session ids) "
+        "are never tuned on",
         "",
         "| variant | tuned A | tuned B | " + " | ".join(columns) + " |",
         "|---|---:|---:|" + "---:|" * len(columns),

@@ -15,7 +15,7 @@ from locomo_bench.data import load_conversations
 from locomo_bench.prepared import Bench, Materials, prepare_views
 from locomo_bench.report import markdown
 from locomo_bench.run import build_report
-from locomo_bench.views import build_views
+from locomo_bench.views import build_views, extracted_view
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"
 QUICK_CONVERSATIONS = 2
@@ -99,9 +99,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(markdown(report))
 
 
-def every_view(description: str) -> tuple[argparse.Namespace, dict[str, Materials], list[Bench]]:
+def every_view(
+    description: str, *, extracted: bool = False
+) -> tuple[argparse.Namespace, dict[str, Materials], list[Bench]]:
     """For a bench that re-ranks every view (bench/lexical_params.py, lexical_context.py): its
-    arguments (--data, --work, --out), the materials by kind and a `Bench` per view."""
+    arguments (--data, --work, --out), the materials by kind and a `Bench` per view (with
+    ``extracted``, also the observations with their session ids, after the others)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo10.json")
     parser.add_argument("--work", type=Path, default=WORK, help="the views' cached stores")
@@ -110,5 +113,8 @@ def every_view(description: str) -> tuple[argparse.Namespace, dict[str, Material
     logger.remove()
     conversations = load_conversations(args.data, args.data.parent / "audit" / "errors.json")
     views = build_views(args.data, conversations)
-    materials, benches = prepare_views(args.work, args.data, {name: views[name] for name in VIEWS})
+    chosen = {name: views[name] for name in VIEWS}
+    if extracted:
+        chosen["extracted"] = extracted_view(args.data, conversations)
+    materials, benches = prepare_views(args.work, args.data, chosen)
     return args, materials, benches

@@ -58,6 +58,18 @@ def build_views(data: Path, turns: Sequence[Conversation]) -> dict[str, View]:
     }
 
 
+def extracted_view(data: Path, turns: Sequence[Conversation]) -> View:
+    """The observations with their session ids, as the extractor writes memories (never
+    tuned on; bench/lexical_context.py reports it)."""
+    samples = json.loads(data.read_text(encoding="utf-8"))
+    return View(
+        name="extracted",
+        kind="extracted",
+        conversations=[observation_conversation(c, samples[c.index], sessions=True) for c in turns],
+        tuned=False,
+    )
+
+
 def observations_of(
     conv: Conversation, sample: Mapping[str, Any]
 ) -> list[tuple[str, str, str, tuple[str, ...]]]:
@@ -76,14 +88,19 @@ def observations_of(
     return found
 
 
-def observation_conversation(conv: Conversation, sample: Mapping[str, Any]) -> Conversation:
+def observation_conversation(
+    conv: Conversation, sample: Mapping[str, Any], *, sessions: bool = False
+) -> Conversation:
+    """The observations as memories, dated by their session; with ``sessions``, they also
+    carry its id, as the extractor's memories carry their log's."""
     conversation = sample["conversation"]
     memories = []
     gold: dict[str, set[str]] = {}  # dia_id -> observation ids
     for external_id, _speaker, text, dia_ids in observations_of(conv, sample):
         session = external_id[1:].split(":")[0]
         when = parse_session_date(conversation[f"session_{session}_date_time"])
-        memories.append({"content": text, "timestamp": when, "external_id": external_id})
+        memory = {"content": text, "timestamp": when, "external_id": external_id}
+        memories.append(memory | ({"session_id": f"session_{session}"} if sessions else {}))
         for dia_id in dia_ids:
             gold.setdefault(dia_id, set()).add(external_id)
     questions = tuple(

@@ -3,7 +3,11 @@ tested in tests/store/test_lexical_chain.py)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from lexical_context import OFF, folds, markdown
+from locomo_bench.data import Conversation, Question
+from locomo_bench.views import observation_conversation
 
 
 def row(turns: tuple[float, float], others: tuple[float, float]) -> dict[str, float]:
@@ -36,3 +40,33 @@ def test_each_fold_is_chosen_on_its_half_and_scored_on_the_other() -> None:
         "folds": chosen,
     }
     assert "| A | 0.7 | 70.67 | 70.00 | 72.0 | 70.0 |" in markdown(report)
+
+
+def test_the_extracted_view_is_the_observations_with_their_session_ids() -> None:
+    conv = Conversation(
+        index=0,
+        namespace="conv-0",
+        turns=({"external_id": "D1:1"}, {"external_id": "D2:1"}),
+        questions=(
+            Question(qid="q0", text="Where?", category=1, evidence=("D2:1",), flagged=False),
+        ),
+        now=datetime(2023, 6, 1, tzinfo=UTC),
+    )
+    sample = {
+        "conversation": {
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_2_date_time": "9:00 am on 9 May, 2023",
+        },
+        "observation": {
+            "session_1_observation": {"Ann": [["Ann paints.", "D1:1"]]},
+            "session_2_observation": {"Ann": [["Ann went to Paris.", "D2:1"]]},
+        },
+    }
+
+    plain = observation_conversation(conv, sample)
+    extracted = observation_conversation(conv, sample, sessions=True)
+
+    assert [m.get("session_id") for m in plain.turns] == [None, None]
+    assert [m["session_id"] for m in extracted.turns] == ["session_1", "session_2"]
+    assert [m["timestamp"].day for m in extracted.turns] == [8, 9]
+    assert extracted.questions[0].evidence == ("O2:1",)
