@@ -26,7 +26,8 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from store.bm25 import best_rows, idf
+from store import bm25
+from store.bm25 import idf
 from store.lexical_columns import Columns, Int32s, Ints
 
 __all__ = [
@@ -51,11 +52,19 @@ class Chain:
     lengths: Ints
     before: Ints
     dead: Ints | None = None
+    k1: float = 0.9  # the BM25 parameters of the index
+    b: float = 0.4
 
     @cached_property
-    def after(self) -> Ints:
-        """Each row's successor in its session (-1: none)."""
-        after = np.full(len(self.before), NONE, dtype=np.int64)
+    def before_or_blank(self) -> Ints:
+        """``before`` with "none" as ``len(before)``: a blank slot past the last row."""
+        out: Ints = np.where(self.before >= 0, self.before, len(self.before))
+        return out
+
+    @cached_property
+    def after_or_blank(self) -> Ints:
+        """Each row's successor in its session ("none": ``len(before)``, as above)."""
+        after = np.full(len(self.before), len(self.before), dtype=np.int64)
         has = np.flatnonzero(self.before >= 0)
         after[self.before[has]] = has
         return after
@@ -63,9 +72,16 @@ class Chain:
     @cached_property
     def context_lengths(self) -> Floats:
         """Each row's context document's length: its own plus its predecessor's."""
-        lengths = self.lengths.astype(np.float64)
-        before = self.before
-        out: Floats = lengths + np.where(before >= 0, lengths[np.maximum(before, 0)], 0.0)
+        lengths = np.append(self.lengths.astype(np.float64), 0.0)
+        out: Floats = lengths[:-1] + lengths[self.before_or_blank]
+        return out
+
+    @cached_property
+    def norm(self) -> Floats:
+        """Each context document's BM25 length normalisation, k1 x (1 - b + b x length / mean
+        length)."""
+        _, avg_len = self.live
+        out: Floats = self.k1 * ((1 - self.b) + self.b * self.context_lengths / avg_len)
         return out
 
     @cached_property
@@ -149,46 +165,43 @@ def _renumber(codes: Int32s, names: list[str], touched: dict[str, int]) -> Int32
     return out
 
 
-def context_scores(
-    terms: Sequence[tuple[float, Ints, Floats]], chain: Chain, *, k1: float, b: float
-) -> tuple[Ints, Floats]:
+def context_scores(terms: Sequence[tuple[float, Ints, Floats]], chain: Chain) -> Floats:
     """Score the context documents of the live rows as a corpus of their own (Lucene BM25,
-    as ``store.bm25``, in float64): return the rows scoring above 0, ascending, and their
-    scores.
+    as ``store.bm25``, in float64): return every row's score (0 for dead rows).
 
     ``terms`` holds, per query term, its count in the query and the live rows holding it
-    (ascending) with how often each does.
+    (each once) with how often each does.
     """
-    n_live, avg_len = chain.live
-    found_rows, found_scores = [], []
+    n = len(chain.keys)
+    n_live, _ = chain.live
+    scores = np.zeros(n, dtype=np.float64)
+    # Scratch rows, cleared after each term; the last slot stands for "no row".
+    count_of = np.zeros(n + 1, dtype=np.float64)
+    holds = np.zeros(n + 1, dtype=np.bool_)
+    holds[n] = True  # so that "no row after" is never taken for a row
     for count, rows, tf in terms:
-        if not rows.size:
-            continue
-        after = chain.after[rows]
-        holding = np.union1d(rows, after[after >= 0])  # the context documents with the term
-        context_tf = _count_at(rows, tf, holding) + _count_at(rows, tf, chain.before[holding])
-        norm = k1 * ((1 - b) + b * chain.context_lengths[holding] / avg_len)
-        weight = count * idf(holding.size, n_live)
-        found_rows.append(holding)
-        found_scores.append(weight * context_tf / (context_tf + norm))
-    if not found_rows:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    scored, inverse = np.unique(np.concatenate(found_rows), return_inverse=True)
-    scores = np.bincount(inverse, weights=np.concatenate(found_scores)).astype(np.float64)
-    return scored, scores
-
-
-def _count_at(rows: Ints, counts: Floats, at: Ints) -> Floats:
-    """``counts`` of ``rows`` (ascending) looked up at ``at`` (0 where absent, or -1)."""
-    slot = np.minimum(np.searchsorted(rows, at), rows.size - 1)
-    present = (at >= 0) & (rows[slot] == at)
-    out: Floats = np.where(present, counts[slot], 0.0)
-    return out
+        count_of[rows] = tf
+        if rows.size * 4 > n:  # a common term: whole-array steps beat gathering its rows
+            context_tf = count_of[:n] + count_of[chain.before_or_blank]
+            weight = count * idf(int(np.count_nonzero(context_tf)), n_live)
+            scores += weight * context_tf / (context_tf + chain.norm)
+        else:
+            holds[rows] = True
+            after = chain.after_or_blank[rows]
+            # The context documents holding the term: its rows' and those of the rows after.
+            holding = np.concatenate((rows, after[~holds[after]]))
+            context_tf = count_of[holding] + count_of[chain.before_or_blank[holding]]
+            weight = count * idf(holding.size, n_live)
+            scores[holding] += weight * context_tf / (context_tf + chain.norm[holding])
+            holds[rows] = False
+            holds[n] = True
+        count_of[rows] = 0.0
+    return scores
 
 
 def chained_top_k(
     own: Floats,
-    context: tuple[Ints, Floats],
+    context: Floats,
     chain: Chain,
     k: int,
     weight: float,
@@ -198,26 +211,22 @@ def chained_top_k(
     """Return up to ``k`` key -> max(own / best own, ``weight`` x context / best context),
     divided by its best, best first.
 
-    ``own`` is every row's BM25 score (0 for dead rows), ``context`` the rows' context scores
-    from `context_scores`; ``outside`` rows are not returned.
+    ``own`` and ``context`` are every row's BM25 score of its own and of its context document
+    (0 for dead rows; both are changed); ``outside`` rows are not returned.
     """
-    hits = np.flatnonzero(own)
-    rows = np.union1d(hits, context[0])  # ascending, as positions are
-    own_score = own[rows]
-    context_score = _count_at(context[0], context[1], rows)
     if outside is not None:
-        hidden = outside[rows]
-        own_score[hidden] = 0.0
-        context_score[hidden] = 0.0
-    mixed: dict[int, float] = {}
-    for scores, share in ((own_score, 1.0), (context_score, weight)):
-        best = best_rows(scores, k)
-        if best.size:
-            normalised = scores[best] / scores[best[0]]
-            for row, score in zip(rows[best].tolist(), normalised.tolist(), strict=True):
-                mixed[row] = max(mixed.get(row, 0.0), share * score)
-    ranked = [row for row in sorted(mixed, key=lambda row: (-mixed[row], row))[:k] if mixed[row]]
-    if not ranked:
+        own[outside] = 0.0
+        context[outside] = 0.0
+    mixed = np.zeros_like(own)
+    for scores, share in ((own, 1.0), (context, weight)):
+        best = float(scores.max()) if scores.size else 0.0
+        if best > 0.0:
+            np.maximum(mixed, scores * (share / best), out=mixed)
+    rows = bm25.best_rows(mixed, k)
+    if not rows.size:
         return {}
-    top = mixed[ranked[0]]
-    return {int(chain.keys[row]): mixed[row] / top for row in ranked}
+    top = mixed[rows[0]]
+    return {
+        int(key): float(score)
+        for key, score in zip(chain.keys[rows], mixed[rows] / top, strict=True)
+    }

@@ -80,9 +80,9 @@ class LexicalView:
     @cached_property
     def chain(self) -> Chain:
         """Base and tail rows as one row space, chained by session (see `Chain`)."""
-        base = self.base.columns
+        base, k1, b = self.base.columns, self.base.k1, self.base.b
         if self.tail is None and self.dead is None:
-            return Chain(keys=base.keys, lengths=base.tokens.lengths, before=self.base.before)
+            return Chain(base.keys, base.tokens.lengths, self.base.before, k1=k1, b=b)
         tail = None if self.tail is None else self.tail.columns
         parts = [base] if tail is None else [base, tail]
         return Chain(
@@ -90,6 +90,8 @@ class LexicalView:
             lengths=np.concatenate([columns.tokens.lengths for columns in parts]),
             before=view_predecessors(base, self.base.before, dead=self.dead, tail=tail),
             dead=self.dead,
+            k1=k1,
+            b=b,
         )
 
     def search_sessions(self, query: str, k: int) -> dict[str, float]:
@@ -126,8 +128,7 @@ def _search_chained(
     if chain.dead is not None:
         own[chain.dead] = 0.0
     holding = [(float(count), *_live_counts(parts, term)) for term, count in Counter(terms).items()]
-    base = parts[0][0]
-    context = context_scores(holding, chain, k1=base.k1, b=base.b)
+    context = context_scores(holding, chain)
     # The filters and ``among`` narrow what a search returns, not where context comes from.
     outside = None
     if any(scope.allowed is not None for _, scope in parts):
