@@ -144,27 +144,31 @@ def measure_in_process(
     return out
 
 
-def _bm25(view: Any, query: str, k: int) -> None:
-    view.search(query, k)
+def _bm25(view: Any, query: str, k: int, context: float) -> None:
+    view.search(query, k, context=context)
     view.search_sessions(query, 100)
 
 
 def breakdown(store: Store, queries: Sequence[str], budget: float) -> dict[str, Any]:
-    """Time the parts of a search on their own: query embedding, Chroma query, BM25."""
+    """Time the parts of a search on their own: query embedding, Chroma query, BM25 (with
+    each memory's context, as the search scores it)."""
     index = store.index
     view = store.searcher.lexical_view(NAMESPACE)
     n = store.settings.retrieval.dense_candidates
     lexical_k = store.settings.retrieval.lexical_candidates
-    embed, chroma, lexical = [], [], []
+    context = store.settings.retrieval.lexical_context
+    embed, chroma, lexical, plain = [], [], [], []
     for query in bounded(queries, budget):
         embed.append(timed(partial(index.embed_query, query)))
         vector = index.embed_query(query)
         chroma.append(timed(partial(index.query, NAMESPACE, vector, n)))
-        lexical.append(timed(partial(_bm25, view, query, lexical_k)))
+        lexical.append(timed(partial(_bm25, view, query, lexical_k, context)))
+        plain.append(timed(partial(_bm25, view, query, lexical_k, 0.0)))
     return {
         "embed_query": percentiles(embed),
         f"chroma_query_n{n}": percentiles(chroma),
         "bm25_memories_and_sessions": percentiles(lexical),
+        "bm25_without_context": percentiles(plain),
     }
 
 
