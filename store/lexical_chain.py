@@ -70,30 +70,25 @@ class Chain:
         return after
 
     @cached_property
-    def context_lengths(self) -> Floats:
-        """Each row's context document's length: its own plus its predecessor's."""
-        lengths = np.append(self.lengths.astype(np.float64), 0.0)
-        out: Floats = lengths[:-1] + lengths[self.before_or_blank]
-        return out
+    def n_live(self) -> int:
+        """How many rows are live (the context corpus's size)."""
+        return len(self.keys) - (0 if self.dead is None else int(self.dead.size))
 
     @cached_property
     def norm(self) -> Floats:
-        """Each context document's BM25 length normalisation, k1 x (1 - b + b x length / mean
-        length)."""
-        _, avg_len = self.live
-        out: Floats = self.k1 * ((1 - self.b) + self.b * self.context_lengths / avg_len)
-        return out
-
-    @cached_property
-    def live(self) -> tuple[int, float]:
-        """How many rows are live, and their context documents' mean length."""
-        lengths = self.context_lengths
-        n_dead = 0 if self.dead is None else int(self.dead.size)
-        total = float(lengths.sum()) - (
-            0.0 if self.dead is None else float(lengths[self.dead].sum())
-        )
-        n_live = len(lengths) - n_dead
-        return n_live, total / n_live if n_live else 0.0
+        """Each context document's BM25 length normalisation, k1 x (1 - b + b x its length /
+        the live ones' mean length); a context document's length is its row's plus its
+        predecessor's."""
+        lengths = np.append(self.lengths.astype(np.float64), 0.0)
+        context: Floats = lengths[:-1] + lengths[self.before_or_blank]
+        total = float(context.sum())
+        if self.dead is not None:
+            total -= float(context[self.dead].sum())
+        avg_len = total / self.n_live if self.n_live else 1.0
+        context *= self.b / avg_len
+        context += 1 - self.b
+        context *= self.k1
+        return context
 
 
 def predecessors(sessions: Int32s, event_us: Ints, keys: Ints) -> Ints:
@@ -173,7 +168,7 @@ def context_scores(terms: Sequence[tuple[float, Ints, Floats]], chain: Chain) ->
     (each once) with how often each does.
     """
     n = len(chain.keys)
-    n_live, _ = chain.live
+    n_live = chain.n_live
     scores = np.zeros(n, dtype=np.float64)
     # Scratch rows, cleared after each term; the last slot stands for "no row".
     count_of = np.zeros(n + 1, dtype=np.float64)
