@@ -4,8 +4,9 @@ A dialogue turn often answers the turn before it ("Yes! It was amazing."): the q
 are in that turn, not in the answer. So besides its own document a memory has a *context*
 document, its own tokens followed by those of the memory before it in the same session (by
 event time, then id); the lexical evidence keeps the better of its own BM25 score and
-``weight`` x its context's, each divided by its best (``store.lexical``). A memory without a
-session, or first in its session, is its own context.
+``weight`` x its context's, each divided by its best (`chained_top_k`, which
+``store.lexical_view`` searches with). A memory without a session, or first in its session, is
+its own context.
 
 Nothing here is saved: the chain is derived from an index's columns, once per base, and a view
 (base minus its dead documents plus a tail) re-chains only the sessions its changes touch. The
@@ -51,9 +52,9 @@ class Chain:
     keys: Ints
     lengths: Ints
     before: Ints
+    k1: float  # the BM25 parameters of the index
+    b: float
     dead: Ints | None = None
-    k1: float = 0.9  # the BM25 parameters of the index
-    b: float = 0.4
 
     @cached_property
     def before_or_blank(self) -> Ints:
@@ -189,7 +190,6 @@ def context_scores(terms: Sequence[tuple[float, Ints, Floats]], chain: Chain) ->
             weight = count * idf(holding.size, n_live)
             scores[holding] += weight * context_tf / (context_tf + chain.norm[holding])
             holds[rows] = False
-            holds[n] = True
         count_of[rows] = 0.0
     return scores
 

@@ -115,9 +115,8 @@ def test_no_context_across_sessions_or_without_one() -> None:
 
 
 def test_the_mix_keeps_the_better_of_own_and_weighted_context_over_their_bests() -> None:
-    chain = Chain(
-        keys=np.array([7, 8, 9]), lengths=np.ones(3, np.int64), before=np.array([-1, 0, 1])
-    )
+    before = np.array([-1, 0, 1])
+    chain = Chain(np.array([7, 8, 9]), np.ones(3, np.int64), before, k1=0.9, b=0.4)
     own = np.array([4.0, 1.0, 0.0])
     context = np.array([4.0, 5.0, 1.0])
 
