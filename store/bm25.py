@@ -115,7 +115,7 @@ def term_frequencies(
     k1: float,
     b: float,
     avg_len: float | None = None,
-) -> tuple[Int32s, Floats]:
+) -> tuple[Int32s, Floats32]:
     """Return the documents holding ``term`` and how often it occurs in each.
 
     The postings keep scores, not counts; for one document a score is an increasing function
@@ -126,13 +126,19 @@ def term_frequencies(
     start, end = int(postings.indptr[term]), int(postings.indptr[term + 1])
     docs = postings.indices[start:end]
     if end == start:
-        return docs, np.zeros(0, dtype=np.float64)
-    term_idf = float(np.float32(idf(end - start, postings.n_docs)))
+        return docs, np.zeros(0, dtype=np.float32)
     if avg_len is None:
         avg_len = float(lengths.sum()) / postings.n_docs
-    norm = k1 * ((1 - b) + b * lengths[docs].astype(np.float64) / avg_len)
-    saturation = postings.data[start:end].astype(np.float64) / term_idf  # tf / (tf + norm)
-    return docs, np.rint(saturation * norm / (1.0 - saturation))
+    # In float32, as the scores are: a count below 10,000 still comes out whole.
+    norm = lengths[docs].astype(np.float32)
+    norm *= np.float32(k1 * b / avg_len)
+    norm += np.float32(k1 * (1 - b))
+    saturation = postings.data[start:end] / np.float32(idf(end - start, postings.n_docs))
+    norm *= saturation  # tf / (tf + norm) = saturation, so tf = saturation x norm / (1 - it)
+    saturation -= np.float32(1.0)
+    norm /= -saturation
+    counts: Floats32 = np.rint(norm)
+    return docs, counts
 
 
 def best_rows(total: Floats, k: int) -> Ints:

@@ -41,6 +41,7 @@ __all__ = [
 
 NONE = -1
 Floats = npt.NDArray[np.float64]
+Floats32 = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,7 +77,7 @@ class Chain:
         return len(self.keys) - (0 if self.dead is None else int(self.dead.size))
 
     @cached_property
-    def norm(self) -> Floats:
+    def norm(self) -> Floats32:
         """Each context document's BM25 length normalisation, k1 x (1 - b + b x its length /
         the live ones' mean length); a context document's length is its row's plus its
         predecessor's."""
@@ -89,7 +90,7 @@ class Chain:
         context *= self.b / avg_len
         context += 1 - self.b
         context *= self.k1
-        return context
+        return context.astype(np.float32)
 
 
 def predecessors(sessions: Int32s, event_us: Ints, keys: Ints) -> Ints:
@@ -161,33 +162,40 @@ def _renumber(codes: Int32s, names: list[str], touched: dict[str, int]) -> Int32
     return out
 
 
-def context_scores(terms: Sequence[tuple[float, Ints, Floats]], chain: Chain) -> Floats:
+def context_scores(terms: Sequence[tuple[float, Ints, Floats]], chain: Chain) -> Floats32:
     """Score the context documents of the live rows as a corpus of their own (Lucene BM25,
-    as ``store.bm25``, in float64): return every row's score (0 for dead rows).
+    as ``store.bm25``, in float32): return every row's score (0 for dead rows).
 
     ``terms`` holds, per query term, its count in the query and the live rows holding it
     (each once) with how often each does.
     """
     n = len(chain.keys)
-    n_live = chain.n_live
-    scores = np.zeros(n, dtype=np.float64)
+    scores = np.zeros(n, dtype=np.float32)
     # Scratch rows, cleared after each term; the last slot stands for "no row".
-    count_of = np.zeros(n + 1, dtype=np.float64)
+    count_of = np.zeros(n + 1, dtype=np.float32)
     holds = np.zeros(n + 1, dtype=np.bool_)
     holds[n] = True  # so that "no row after" is never taken for a row
+    tf_buffer: Floats32 | None = None  # for common terms: whole-array steps, in place
+    norm_buffer: Floats32 | None = None
     for count, rows, tf in terms:
         count_of[rows] = tf
         if rows.size * 4 > n:  # a common term: whole-array steps beat gathering its rows
-            context_tf = count_of[:n] + count_of[chain.before_or_blank]
-            weight = count * idf(int(np.count_nonzero(context_tf)), n_live)
-            scores += weight * context_tf / (context_tf + chain.norm)
+            if tf_buffer is None or norm_buffer is None:
+                tf_buffer, norm_buffer = np.empty(n, np.float32), np.empty(n, np.float32)
+            np.take(count_of, chain.before_or_blank, out=tf_buffer)
+            tf_buffer += count_of[:n]
+            weight = count * idf(int(np.count_nonzero(tf_buffer)), chain.n_live)
+            np.add(tf_buffer, chain.norm, out=norm_buffer)
+            tf_buffer /= norm_buffer
+            tf_buffer *= weight
+            scores += tf_buffer
         else:
             holds[rows] = True
             after = chain.after_or_blank[rows]
             # The context documents holding the term: its rows' and those of the rows after.
             holding = np.concatenate((rows, after[~holds[after]]))
             context_tf = count_of[holding] + count_of[chain.before_or_blank[holding]]
-            weight = count * idf(holding.size, n_live)
+            weight = count * idf(holding.size, chain.n_live)
             scores[holding] += weight * context_tf / (context_tf + chain.norm[holding])
             holds[rows] = False
         count_of[rows] = 0.0
@@ -196,7 +204,7 @@ def context_scores(terms: Sequence[tuple[float, Ints, Floats]], chain: Chain) ->
 
 def chained_top_k(
     own: Floats,
-    context: Floats,
+    context: Floats32,
     chain: Chain,
     k: int,
     weight: float,
