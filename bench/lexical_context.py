@@ -3,13 +3,14 @@
 A dialogue turn often answers the turn before it ("Yes! It was amazing."), and the question's
 words are in that turn, not in the answer. With ``retrieval.lexical_context`` = w above 0 the
 search scores each memory's BM25 part as max(own, w x context), each divided by its best, where
-the context score is the memory's own BM25 plus that of the memory before it in its session
-(store/lexical_chain.py); everything else keeps the default settings. For each fold, the weight
-with the best mean R@10 over the tuned views (turns, observations, chat) on one half of the
-conversations is scored on the other half, against the ranking without it ('off'). Memories
-without a session get no context, so the observation and event views only show that nothing
-else moves. Two views are never tuned on: events, and 'extracted', the observations with their
-session ids as the extractor writes memories (facts of one chat chained, not dialogue turns).
+the context score is the BM25 of the memory's text followed by that of the memory before it in
+its session (store/lexical_chain.py); everything else keeps the default settings. For each fold,
+the weight with the best mean R@10 over the tuned views (turns, observations, chat) on one half
+of the conversations is scored on the other half, against the ranking without it ('off').
+Memories without a session get no context, so the observation and event views only show that
+nothing else moves. Two views are never tuned on: events, and 'extracted', the observations with
+their session ids as the extractor writes memories (facts of one chat chained, not dialogue
+turns).
 
 Run: python bench/lexical_context.py [--data PATH] [--work DIR] [--out DIR]
 Results: <out>/lexical_context.json and .md (numbers only, no LoCoMo text).
@@ -113,8 +114,9 @@ def markdown(report: dict[str, object]) -> str:
         f"- date (UTC) {report['date']}; commit {report['commit']}; machine {report['machine']}"
         "; re-ranking (`python bench/lexical_context.py`); R@10 in percent, "
         "default settings otherwise; a variant w is lexical_context = w: the BM25 part is "
-        "max(own, w x context), each divided by its best, the context being the memory's own "
-        "BM25 plus that of the memory before it in its session; 'off' is lexical_context = 0",
+        "max(own, w x context), each divided by its best, the context being the BM25 of the "
+        "memory's text followed by that of the memory before it in its session; 'off' is "
+        "lexical_context = 0",
         f"- fold A = {halves['A']}, fold B = {halves['B']}; 'tuned' is the mean over "
         f"{', '.join(TUNED)}; events and extracted (the observations with their session ids) "
         "are never tuned on",
