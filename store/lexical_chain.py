@@ -162,7 +162,7 @@ def _renumber(codes: Int32s, names: list[str], touched: dict[str, int]) -> Int32
     return out
 
 
-def context_scores(terms: Sequence[tuple[float, Ints, Floats]], chain: Chain) -> Floats32:
+def context_scores(terms: Sequence[tuple[float, Ints, Floats32]], chain: Chain) -> Floats32:
     """Score the context documents of the live rows as a corpus of their own (Lucene BM25,
     as ``store.bm25``, in float32): return every row's score (0 for dead rows).
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from store import bm25
 from store.lexical import LexicalIndex, Scope, part_weights, search_parts, tokenize
-from store.lexical_chain import Chain, Floats, chained_top_k, context_scores, view_predecessors
+from store.lexical_chain import Chain, Floats32, chained_top_k, context_scores, view_predecessors
 from store.lexical_columns import Ints
 from store.requests import SearchFilters
 
@@ -144,7 +144,7 @@ def _search_chained(
     return chained_top_k(own, context, chain, k, weight, outside=outside)
 
 
-def _live_counts(parts: Sequence[tuple[LexicalIndex, Scope]], term: str) -> tuple[Ints, Floats]:
+def _live_counts(parts: Sequence[tuple[LexicalIndex, Scope]], term: str) -> tuple[Ints, Floats32]:
     """The live rows (base rows, then tail rows) holding ``term``, and how often each does."""
     rows, counts, offset = [], [], 0
     for index, scope in parts:
@@ -165,5 +165,5 @@ def _live_counts(parts: Sequence[tuple[LexicalIndex, Scope]], term: str) -> tupl
             counts.append(tf)
         offset += len(index)
     if not rows:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     return np.concatenate(rows), np.concatenate(counts)
