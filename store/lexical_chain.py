@@ -40,6 +40,10 @@ __all__ = [
 ]
 
 NONE = -1
+# A memory this long after the one before it in its session starts afresh: a session id kept for
+# months (one per user, say) must not chain unrelated events. A sitting's turns are minutes
+# apart, and LoCoMo's share their session's time.
+MAX_GAP_US = 12 * 3600 * 1_000_000
 Floats = npt.NDArray[np.float64]
 Floats32 = npt.NDArray[np.float32]
 
@@ -95,14 +99,17 @@ class Chain:
 
 def predecessors(sessions: Int32s, event_us: Ints, keys: Ints) -> Ints:
     """For each row, the row before it in its session by (event time, key); -1 for the first
-    row of a session and for rows without one (a session code below 0)."""
+    row of a session, for rows without one (a session code below 0), and for a row more than
+    `MAX_GAP_US` after the one before it."""
     out = np.full(len(keys), NONE, dtype=np.int64)
     rows = np.flatnonzero(np.asarray(sessions) >= 0)
     if rows.size < 2:
         return out
     order = rows[np.lexsort((keys[rows], event_us[rows], np.asarray(sessions)[rows]))]
-    same = np.asarray(sessions)[order[1:]] == np.asarray(sessions)[order[:-1]]
-    out[order[1:][same]] = order[:-1][same]
+    later, earlier = order[1:], order[:-1]
+    same = np.asarray(sessions)[later] == np.asarray(sessions)[earlier]
+    same &= event_us[later] - event_us[earlier] <= MAX_GAP_US
+    out[later[same]] = earlier[same]
     return out
 
 

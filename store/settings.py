@@ -116,9 +116,10 @@ class RetrievalSettings(Section):
     anchors: int = Field(default=50, ge=1, le=1000)
     dense_candidates: int = Field(default=200, ge=1, le=5000)
     lexical_candidates: int = Field(default=100, ge=1, le=5000)
-    # BM25 also reads each memory together with the memory before it in its session (a reply
-    # holds few of the question's words; the turn it answers holds them): the lexical part is
-    # the better of its own score and this weight x that one, each over its best. 0: off.
+    # BM25 also reads each memory together with the memory before it in its session, if at most
+    # 12 hours before (a reply holds few of the question's words; the turn it answers holds
+    # them): the lexical part is the better of its own score and this weight x that one, each
+    # over its best. 0: off.
     lexical_context: float = Field(default=0.8, ge=0, le=1)
     spread_depth: int = Field(default=1, ge=0, le=4)
     spread_fanout: int = Field(default=8, ge=0, le=100)

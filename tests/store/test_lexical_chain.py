@@ -61,6 +61,17 @@ def test_the_memory_before_is_the_previous_one_of_its_session_by_time_then_id() 
     assert before.tolist() == [1, -1, -1, 0, -1, 2, 3]
 
 
+def test_a_memory_long_after_the_one_before_it_in_its_session_has_no_context() -> None:
+    sessions = np.zeros(4, dtype=np.int32)
+    minutes = np.array([0, 1, 1 + 720, 1 + 720 + 721], dtype=np.int64)  # 1 min, 12 h, 12 h 1 min
+    event_us = minutes * 60_000_000
+
+    assert predecessors(sessions, event_us, np.arange(4)).tolist() == [-1, 0, 1, -1]
+
+    months = [doc(1, QUESTION, "user", 0), doc(2, "Yes! It was amazing.", "user", 90 * 24 * 60)]
+    assert 2 not in LexicalView(LexicalIndex.build(months)).search(QUESTION, 10, context=1.0)
+
+
 def test_a_reply_is_found_by_the_words_of_the_turn_it_answers() -> None:
     view = LexicalView(LexicalIndex.build(CHAT))
 
