@@ -32,7 +32,7 @@ SEED = 11
 @dataclass(frozen=True, kw_only=True)
 class View:
     name: str
-    kind: str  # which memories its store holds: "turns", "observations" or "events"
+    kind: str  # which memories its store holds: "turns", "observations", "events", "extracted"
     conversations: list[Conversation]
     tuned: bool  # whether the two-fold tuning may look at it
 
