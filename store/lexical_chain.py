@@ -102,12 +102,12 @@ def predecessors(sessions: Int32s, event_us: Ints, keys: Ints) -> Ints:
     row of a session, for rows without one (a session code below 0), and for a row more than
     `MAX_GAP_US` after the one before it."""
     out = np.full(len(keys), NONE, dtype=np.int64)
-    rows = np.flatnonzero(np.asarray(sessions) >= 0)
+    rows = np.flatnonzero(sessions >= 0)
     if rows.size < 2:
         return out
-    order = rows[np.lexsort((keys[rows], event_us[rows], np.asarray(sessions)[rows]))]
+    order = rows[np.lexsort((keys[rows], event_us[rows], sessions[rows]))]
     later, earlier = order[1:], order[:-1]
-    same = np.asarray(sessions)[later] == np.asarray(sessions)[earlier]
+    same = sessions[later] == sessions[earlier]
     same &= event_us[later] - event_us[earlier] <= MAX_GAP_US
     out[later[same]] = earlier[same]
     return out
