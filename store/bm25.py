@@ -144,7 +144,7 @@ def term_frequencies(
 def best_rows(total: Floats, k: int) -> Ints:
     """The positions of the ``k`` best scores above 0, best first, ties in position order (so
     equal scores come out the same every time)."""
-    hits = np.flatnonzero(total)  # in document order
+    hits = _contenders(total, k)  # in document order
     if hits.size > k:
         # Partition the hits only: numpy's partition is very slow on the many zeros.
         scores = total[hits]
@@ -154,3 +154,28 @@ def best_rows(total: Floats, k: int) -> Ints:
         hits = np.concatenate((above, tied))
     out: Ints = hits[np.lexsort((hits, -total[hits]))]
     return out
+
+
+# Above this many documents, `best_rows` guesses a bar from a sample of about SAMPLE scores
+# before it partitions: at 1M documents, partitioning every score above 0 took ~9 ms a search.
+SAMPLED_ABOVE = 1 << 16
+SAMPLE = 1 << 14
+
+
+def _contenders(total: Floats, k: int) -> Ints:
+    """The positions, in order, of every score above 0, or in a long array only of those at
+    or above a bar that at least ``k`` reach: those hold every score of the ``k`` best, ties
+    with the ``k``th included. The bar is a score of an evenly spaced sample, chosen so that
+    about 4 ``k`` are expected to reach it; if fewer than ``k`` do, every score above 0 is
+    taken after all."""
+    if total.size > SAMPLED_ABOVE and k > 0:
+        step = total.size // SAMPLE
+        sample = total[::step]
+        place = 4 * k // step + 1  # from the top of the sample
+        if place < sample.size:
+            bar = np.partition(sample, sample.size - place)[sample.size - place]
+            if bar > 0:
+                hits = np.flatnonzero(total >= bar)
+                if hits.size >= k:
+                    return hits
+    return np.flatnonzero(total)

@@ -227,11 +227,13 @@ def chained_top_k(
     if outside is not None:
         own[outside] = 0.0
         context[outside] = 0.0
-    mixed = np.zeros_like(own)
+    # In place: at 1M memories every pass over the rows costs about a millisecond.
+    mixed = own
     for scores, share in ((own, 1.0), (context, weight)):
         best = float(scores.max()) if scores.size else 0.0
-        if best > 0.0:
-            np.maximum(mixed, scores * (share / best), out=mixed)
+        if best > 0.0:  # (else every score is 0)
+            scores *= share / best
+    np.maximum(mixed, context, out=mixed)
     rows = bm25.best_rows(mixed, k)
     if not rows.size:
         return {}

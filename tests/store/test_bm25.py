@@ -57,3 +57,35 @@ def test_term_frequencies_reads_back_each_documents_count(seed: int, k1: float, 
         expected = [corpus[doc].count(term) for doc in docs.tolist()]
         assert docs.tolist() == [i for i, doc in enumerate(corpus) if term in doc]
         assert counts.tolist() == expected
+
+
+def _best_by_sorting(total: np.ndarray, k: int) -> list[int]:
+    """The reference: every position above 0, best first, ties by position."""
+    positive = [i for i in range(total.size) if total[i] > 0]
+    return sorted(positive, key=lambda i: (-total[i], i))[:k]
+
+
+@pytest.mark.parametrize(
+    ("size", "k", "shape"),
+    [
+        (1_000, 10, "spread"),
+        (200_000, 100, "spread"),  # long: the bar from a sample
+        (200_000, 100, "ties"),  # few distinct scores: the bar lands on a tie
+        (200_000, 100, "sparse"),  # fewer above 0 than the sample expects
+        (200_000, 5_000, "spread"),  # k larger than the sample can place
+        (200_000, 100, "one"),
+    ],
+)
+def test_best_rows_equals_sorting_every_score(size: int, k: int, shape: str) -> None:
+    rng = np.random.default_rng(size + k)
+    if shape == "spread":
+        total = rng.exponential(size=size) * (rng.random(size) < 0.6)
+    elif shape == "ties":
+        total = rng.integers(0, 4, size=size).astype(np.float64)
+    elif shape == "sparse":
+        total = np.zeros(size)
+        total[rng.choice(size, 150, replace=False)] = rng.random(150) + 0.1
+    else:
+        total = np.zeros(size)
+        total[size // 2] = 1.0
+    assert bm25.best_rows(total, k).tolist() == _best_by_sorting(total, k)
