@@ -109,6 +109,10 @@ class Memory(Base):
         Index("ix_memories_session", "namespace", "session_id"),
         # Search reads the memories a memory replaced (store.reads.search: SearchReads.search_rows).
         Index("ix_memories_replaced_by", "replaced_by_id"),
+        # The lexical index is compared with every memory's id, version and status after
+        # writes it did not see (store.reads.search: SearchReads.memory_versions): read from
+        # this index alone, 0.5 s at 1M memories instead of 3-15 s of reading the rows.
+        Index("ix_memories_versions", "namespace", "id", "version", "status"),
         NEVER_REUSED,
     )
 

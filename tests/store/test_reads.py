@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from store.database import Database
 from store.kinds import MemoryStatus
 from store.operations import CreateRelation, SetStatus
+from store.reads.search import _VERSIONS
 from store.schemas import MemoryIn
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
@@ -167,3 +168,23 @@ def test_lexical_rows_paged_by_id_active_of_namespace_only(db: Database) -> None
         [],
     ]
     assert [row.content for row in db.search.lexical_rows("a", after_id=ids[2])] == ["m3", "m4"]
+
+
+def test_memory_versions_read_an_index_not_the_rows(sqlite_db: Database) -> None:
+    """The lexical index is compared with every memory's id, version and status after writes it
+    did not see: at 1M memories, reading them from the rows took 3-15 s of a restart."""
+    mine = _add(sqlite_db, "a", _memory("one"), _memory("two"))
+    _archive(sqlite_db, "a", mine[1])
+    _add(sqlite_db, "b", _memory("three"))
+
+    versions = sorted(sqlite_db.search.memory_versions("a"))
+    assert [(memory_id, active) for memory_id, _, active in versions] == [
+        (mine[0], 1),
+        (mine[1], 0),
+    ]
+    statement = _VERSIONS.params(namespace="a").compile(
+        sqlite_db.engine, compile_kwargs={"literal_binds": True}
+    )
+    with sqlite_db.engine.connect() as connection:
+        plan = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", ()).all()
+    assert ["COVERING INDEX ix_memories_versions" in row[-1] for row in plan] == [True]
