@@ -171,11 +171,11 @@ def _contenders(total: Floats, k: int) -> Ints:
     if total.size > SAMPLED_ABOVE and k > 0:
         step = total.size // SAMPLE
         sample = total[::step]
+        sample = sample[sample > 0]  # (partitioning many equal zeros is slow)
         place = 4 * k // step + 1  # from the top of the sample
-        if place < sample.size:
+        if place <= sample.size:
             bar = np.partition(sample, sample.size - place)[sample.size - place]
-            if bar > 0:
-                hits = np.flatnonzero(total >= bar)
-                if hits.size >= k:
-                    return hits
+            hits = np.flatnonzero(total >= bar)
+            if hits.size >= k:
+                return hits
     return np.flatnonzero(total)
