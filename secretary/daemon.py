@@ -67,6 +67,7 @@ class _Server:
             # The daemon runs the dream requests itself: the API only queues them.
             dreamer=Dreamer(jobs=JOB_NAMES),
             console=console_ops(store, settings),
+            settle=True,
         )
         config = uvicorn.Config(
             app,

@@ -6,11 +6,12 @@ again later; nothing is lost because the outbox stays in SQL until Chroma has ap
 
 The ``Warmer`` loads, once at start, what the first search of each namespace would otherwise wait
 for: the embedding model, the namespace's BM25 index and its vector collection (seconds at 100k
-memories).
+memories); a server then settles its heap (``settle_heap``).
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -110,14 +111,33 @@ class IndexWorker:
             thread.join(timeout)
 
 
+def settle_heap() -> None:
+    """Collect garbage once, then leave every object alive now out of later collections.
+
+    For a server that has warmed up: what it holds then (modules, the model, the indexes, the
+    clients) lives as long as the process, and a full collection walking all of it stalled one
+    search in about 300 by ~100 ms (at 100k memories: the worst of 400 searches in-process
+    took 91-214 ms, and 18-21 ms with the heap settled after the warm-up searches). Objects
+    made later are collected as before.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 class Warmer:
-    """Runs ``warm(namespace)`` for each namespace once, in a background thread."""
+    """Runs ``warm(namespace)`` for each namespace once, in a background thread, and then
+    ``then()`` (``settle_heap`` in a server)."""
 
     def __init__(
-        self, namespaces: Callable[[], Sequence[str]], warm: Callable[[str], None]
+        self,
+        namespaces: Callable[[], Sequence[str]],
+        warm: Callable[[str], None],
+        *,
+        then: Callable[[], None] | None = None,
     ) -> None:
         self._namespaces = namespaces
         self._warm = warm
+        self._then = then
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.done = threading.Event()  # set when every namespace was warmed (or tried)
@@ -143,6 +163,8 @@ class Warmer:
             except (VectorIndexError, EmbedderError, SQLAlchemyError) as exc:
                 # The search path degrades the same way; warming up only saves time.
                 logger.warning("warm-up of namespace {!r} incomplete: {}", namespace, exc)
+        if self._then is not None and not self._stop.is_set():
+            self._then()
         logger.info(
             "warm-up of {} namespaces took {:.1f} s", len(names), time.monotonic() - started
         )

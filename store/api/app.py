@@ -31,7 +31,7 @@ from store.clock import utc_now
 from store.dream_worker import Dreamer, DreamWorker
 from store.service import Store
 from store.status import UNKNOWN, StatusConfig
-from store.workers import IndexWorker, Warmer
+from store.workers import IndexWorker, Warmer, settle_heap
 
 
 def create_app(
@@ -42,9 +42,12 @@ def create_app(
     status: StatusConfig = UNKNOWN,
     dreamer: Dreamer | None = None,
     console: ConsoleOps | None = None,
+    settle: bool = False,
 ) -> FastAPI:
     """Build the API over a store. The lifespan starts the background threads (unless
-    ``start_workers`` is false) and, on shutdown, stops them and flushes reinforcement.
+    ``start_workers`` is false) and, on shutdown, stops them and flushes reinforcement;
+    with ``settle``, the process's heap is settled after the warm-up (``settle_heap``: for
+    the process that serves, not for tests that build many apps).
     ``status`` tells /v1/status and /metrics the jobs and the daily token budget. ``dreamer``
     names the jobs POST /v1/dream may ask for and, if it can run them (``dreamer.run``), makes
     this process run the queued requests while no daemon does. ``console`` gives the web
@@ -55,7 +58,7 @@ def create_app(
         clock=clock,
         reinforcer=store.reinforcer,
         worker=IndexWorker(store.sync_index),
-        warmer=Warmer(store.warm_namespaces, store.warm_up),
+        warmer=Warmer(store.warm_namespaces, store.warm_up, then=settle_heap if settle else None),
         metrics=Metrics(),
     )
     dreams = (
@@ -128,7 +131,7 @@ def serve(
     settings = store.settings.api
     logger.info("serving the API on http://{}:{}", settings.host, settings.port)
     uvicorn.run(
-        create_app(store, status=status, dreamer=dreamer, console=console),
+        create_app(store, status=status, dreamer=dreamer, console=console, settle=True),
         host=settings.host,
         port=settings.port,
         log_config=None,

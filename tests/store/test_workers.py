@@ -1,18 +1,23 @@
-"""The API process's background work: the start-up warm-up (the index worker: test_api.py)."""
+"""The API process's background work: the start-up warm-up and settling the heap after it (the
+index worker: test_api.py)."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
 from secretary.config import Settings
+from store.api.app import create_app
+from store.api.deps import api_state
 from store.service import Store
 from store.vector_index import VectorIndexError
-from store.workers import Warmer
+from store.workers import Warmer, settle_heap
 from tests.helpers.fake_embedder import FakeEmbedder
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -89,3 +94,42 @@ def test_warmer_thread_start_and_close(store: Store) -> None:
     assert warmer.done.wait(30)
     warmer.close()
     assert len(store.lexical) == 1
+
+
+def test_warmer_then_runs_after_every_namespace_and_before_done() -> None:
+    events: list[object] = []
+    warmer = Warmer(
+        lambda: ["a", "b"],
+        events.append,
+        then=lambda: events.append(("then", warmer.done.is_set())),
+    )
+    warmer.run()
+    assert events == ["a", "b", ("then", False)]
+    assert warmer.done.is_set()
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_settle_heap_leaves_what_is_alive_out_of_later_collections() -> None:
+    alive = _Cycle()
+    try:
+        settle_heap()
+        # A collection walks the tracked objects; settled ones are no longer among them.
+        assert not any(tracked is alive for tracked in gc.get_objects())
+    finally:
+        gc.unfreeze()  # this test process goes on collecting everything
+    assert any(tracked is alive for tracked in gc.get_objects())
+
+
+@pytest.mark.parametrize("settle", [True, False])
+def test_a_serving_app_settles_its_heap_once_warm(store: Store, settle: bool) -> None:
+    _add(store, "maya", 2)
+    try:
+        with TestClient(create_app(store, settle=settle)) as client:
+            assert api_state(client.app).warmer.done.wait(30)  # type: ignore[arg-type]
+            assert (gc.get_freeze_count() > 0) is settle
+    finally:
+        gc.unfreeze()
