@@ -115,10 +115,10 @@ def settle_heap() -> None:
     """Collect garbage once, then leave every object alive now out of later collections.
 
     For a server that has warmed up: what it holds then (modules, the model, the indexes, the
-    clients) lives as long as the process, and a full collection walking all of it stalled one
-    search in about 300 by ~100 ms (at 100k memories: the worst of 400 searches in-process
-    took 91-214 ms, and 18-21 ms with the heap settled after the warm-up searches). Objects
-    made later are collected as before.
+    clients) lives as long as the process, and a full collection walking all of it stalled a
+    search every few hundred by ~100 ms (``bench/latency.py`` over HTTP at 100k memories,
+    2026-11-27: the worst of 200 requests took 115-125 ms, and 24-27 ms with the heap
+    settled). Objects made later are collected as before.
     """
     gc.collect()
     gc.freeze()
