@@ -72,8 +72,10 @@ def _best_by_sorting(total: np.ndarray, k: int) -> list[int]:
         (200_000, 100, "spread"),  # long: the bar from a sample
         (200_000, 100, "ties"),  # few distinct scores: the bar lands on a tie
         (200_000, 100, "sparse"),  # fewer above 0 than the sample expects
-        (200_000, 5_000, "spread"),  # k larger than the sample can place
+        (200_000, 5_000, "spread"),  # a k of thousands
+        (200_000, 50_000, "spread"),  # more than the sample can place: every score above 0
         (200_000, 100, "one"),
+        (200_000, 100, "lucky"),  # the sample holds the best few: fewer than k reach the bar
     ],
 )
 def test_best_rows_equals_sorting_every_score(size: int, k: int, shape: str) -> None:
@@ -85,6 +87,10 @@ def test_best_rows_equals_sorting_every_score(size: int, k: int, shape: str) -> 
     elif shape == "sparse":
         total = np.zeros(size)
         total[rng.choice(size, 150, replace=False)] = rng.random(150) + 0.1
+    elif shape == "lucky":
+        total = np.zeros(size)
+        total[rng.choice(size, 1_000, replace=False)] = 1.0
+        total[:: size // bm25.SAMPLE][:60] = 2.0
     else:
         total = np.zeros(size)
         total[size // 2] = 1.0
