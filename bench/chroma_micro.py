@@ -1,4 +1,4 @@
-"""Micro-benchmark of store.vector_index on Chroma: ~100k random 384-dim vectors.
+"""Micro-benchmark of store.vector.index on Chroma: ~100k random 384-dim vectors.
 
 Prints bulk upsert throughput, query latency (p50/p95/p99) for a few n, recall@10
 against exact search, versions() and small delete/re-upsert timings.
@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from store.vector_index import IndexItem, VectorIndex
+from store.vector.index import IndexItem, VectorIndex
 
 FloatMatrix = npt.NDArray[np.float32]
 

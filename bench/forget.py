@@ -1,6 +1,6 @@
 """Forget at scale: how long erasing one memory takes as a namespace grows.
 
-A forget must leave no copy of the text anywhere (store.forget): it removes the memory, scrubs
+A forget must leave no copy of the text anywhere (store.write.forget): it removes the memory, scrubs
 every record image of the namespace that holds or quotes it, and rewrites the saved lexical
 index without it. Each ingested memory leaves a record image, so the scrub grows with the
 namespace. For each size this script prepares a store of that many synthetic memories
@@ -34,9 +34,9 @@ from corpus import EXTERNAL_PREFIX, memories
 from loguru import logger
 from sqlalchemy import func, select
 
-from store.forget import ForgetSelection
 from store.models import MaintenanceOperation
 from store.service import Store
+from store.write.forget import ForgetSelection
 
 NAMESPACE = "bench"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -4,7 +4,7 @@ A dialogue turn often answers the turn before it ("Yes! It was amazing."), and t
 words are in that turn, not in the answer. With ``retrieval.lexical_context`` = w above 0 the
 search scores each memory's BM25 part as max(own, w x context), each divided by its best, where
 the context score is the BM25 of the memory's text followed by that of the memory before it in
-its session (store/lexical_chain.py); everything else keeps the default settings. For each fold,
+its session (store/lexical/chain.py); everything else keeps the default settings. For each fold,
 the weight with the best mean R@10 over the tuned views (turns, observations, chat) on one half
 of the conversations is scored on the other half, against the ranking without it ('off').
 Memories without a session get no context, so the observation and event views only show that

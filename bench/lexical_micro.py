@@ -1,4 +1,4 @@
-"""Micro-benchmark of store.lexical: build time, search latency and memory at 100k memories.
+"""Micro-benchmark of store.lexical.index: build time, search latency and memory at 100k memories.
 
 Run: python bench/lexical_micro.py [--docs 100000] [--words 20] [--session-size 20]
 Documents are synthetic: a date prefix plus words drawn from a Zipf(1.1) distribution over a
@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from store.lexical import LexDoc, LexicalIndex
-from store.lexical_cache import LexicalCache, Versions
-from store.lexical_view import LexicalView
+from store.lexical.cache import LexicalCache, Versions
+from store.lexical.index import LexDoc, LexicalIndex
+from store.lexical.view import LexicalView
 from store.settings import RetrievalSettings
 
 VOCAB = 50_000

@@ -25,7 +25,7 @@ from locomo_bench.metrics import recall10
 from locomo_bench.rankers import run_ranker, settings_ranker
 from locomo_bench.tuning import FOLDS, choose_on_folds, half, half_mean
 
-from store.lexical import DEFAULT_B, DEFAULT_K1
+from store.lexical.index import DEFAULT_B, DEFAULT_K1
 from store.settings import RetrievalSettings
 
 TEXTBOOK = "1.5,0.75"  # bm25s's (and Lucene's) defaults, shipped before this bench

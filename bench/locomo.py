@@ -1,7 +1,7 @@
 """LoCoMo retrieval benchmark: evidence recall of `Searcher.search` over every dialogue turn.
 
 Every turn of a LoCoMo conversation becomes a memory through the public ingestion path
-(`Store.add_memories`, then `store.indexer.sync()`), one namespace per conversation; each
+(`Store.add_memories`, then `store.vector.indexer.sync()`), one namespace per conversation; each
 question is one search at "now" = one day after the conversation's last session, k=10,
 reinforce=False. A question's hits are mapped back to dialogue ids and compared with its
 evidence: recall@5, recall@10 and NDCG@10, per category and overall.
@@ -10,7 +10,7 @@ Beside the default settings the same run scores, over the same indexes, BM25 alo
 alone (the cosine of the whole turn), their reciprocal-rank fusion, and the defaults with
 importance decay off. Weights are tuned on one half of the conversations and scored on the
 other, both ways round (two folds), by re-ranking cached per-question candidates with the
-same `store.search.rank` the service uses.
+same `store.search.searcher.rank` the service uses.
 
 The data (CC BY-NC) is read from outside the repository and never copied into it; the result
 files hold numbers only. The ingested store is cached under --work, so reruns skip ingestion.

@@ -17,7 +17,7 @@ Every job's watermark is then set to the newest memory: the base counts as maint
 
 Each measured run works on a fresh copy of the base store, in one namespace, and runs cycles:
 each job of secretary.jobs.registry.JOBS in order through ``run_job`` (exactly run_cycle's loop,
-timed per job), then ``store.indexer.sync()`` as ``secretary dream`` does.
+timed per job), then ``store.vector.indexer.sync()`` as ``secretary dream`` does.
 
   N=0        a cycle on the untouched base: nothing is new, so it must make no LLM call
   arrival N  N LoCoMo dialogue turns arrive as conversation log lines, then one cycle

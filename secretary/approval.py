@@ -25,9 +25,9 @@ from store.database import Database
 from store.errors import NotFound, SecretaryError
 from store.kinds import RecordStatus
 from store.operations import decode_operation, encode_operation, referenced_ids
-from store.record_info import RecordInfo, Settlement
 from store.service import Store
 from store.views import RecordView
+from store.write.record_info import RecordInfo, Settlement
 
 
 class PlanNotFound(SecretaryError):

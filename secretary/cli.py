@@ -207,8 +207,8 @@ def search(
 ) -> None:
     """Search a namespace's memories (vector + lexical anchors, spreading activation)."""
     from store.errors import ValidationFailed
-    from store.memory_view import hit_json
     from store.requests import search_request
+    from store.shapes.memory import hit_json
 
     try:
         request = search_request(

@@ -72,7 +72,7 @@ def describe_failure(exc: Exception, context: Context | None) -> tuple[str, int]
         )
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"{exc.strerror}: {exc.filename}", 1
-    if _is(exc, "store.embedder", "EmbedderError"):
+    if _is(exc, "store.vector.embedder", "EmbedderError"):
         return f"the embedder failed: {exc} (check the [index] embedder options)", 1
     return (
         f"unexpected {type(exc).__name__}: {exc} (a bug: --log-level debug shows the traceback)",
@@ -89,7 +89,7 @@ def _is(exc: Exception, module: str, name: str) -> bool:
 
 def _index_hint(exc: SecretaryError, settings: Settings | None) -> str:
     url = settings.index.chroma_url if settings is not None else ""
-    if url and "cannot reach" in str(exc) and _is(exc, "store.vector_index", "VectorIndexError"):
+    if url and "cannot reach" in str(exc) and _is(exc, "store.vector.index", "VectorIndexError"):
         return (
             f"\nis a Chroma server running at {url}? Start one (`chroma run --path DIR "
             "--port PORT`) or fix index.chroma_url (SECRETARY_INDEX_CHROMA_URL)"

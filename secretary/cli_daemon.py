@@ -29,8 +29,8 @@ job_argument = click.argument("job", metavar="JOB", type=click.Choice(JOB_NAMES)
 def _book(ctx: Context) -> Iterator[ScheduleBook]:
     # The schedule commands need the database only: opening the whole store (Chroma, the
     # embedder) would cost seconds for a one-row change.
+    from store.coordination.schedules import ScheduleTable
     from store.db import check_schema, make_engine
-    from store.schedules import ScheduleTable
 
     engine = make_engine(ctx.settings.database_url)
     try:
@@ -91,7 +91,7 @@ def schedule() -> None:
 @pass_context
 def schedule_show(ctx: Context, count: int, as_json: bool) -> None:
     """Print each job's schedule, where it comes from, and its next fire times."""
-    from store.leases import current_lease, holder_gone
+    from store.coordination.leases import current_lease, holder_gone
 
     with _book(ctx) as book:
         overrides = book.entries()

@@ -87,7 +87,7 @@ def edit(
         _index(store, quiet=as_json)
         memory = store.db.memories.get(namespace, memory_id)
     if as_json:
-        from store.memory_view import memory_json
+        from store.shapes.memory import memory_json
 
         view = {"memory": memory_json(memory, detail=True), "record_id": done.record_id}
         click.echo(json.dumps(view, indent=2))
@@ -167,8 +167,8 @@ def forget(
       secretary forget --all -n old-agent --yes
     """
     from store.errors import ValidationFailed
-    from store.forget import ForgetSelection
     from store.requests import search_filters
+    from store.write.forget import ForgetSelection
 
     try:
         filters = search_filters(types=types, tags=tags, since=since, until=until, meta=meta)

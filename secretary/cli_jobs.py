@@ -37,7 +37,7 @@ from store.operations import (
 if TYPE_CHECKING:  # the runner opens the whole store: loaded only by the commands using it
     from secretary.approval import PendingPlan
     from secretary.outcomes import RunOutcome
-    from store.dream_requests import DreamRequests, DreamRequestView
+    from store.coordination.dream_requests import DreamRequests, DreamRequestView
 
 
 @click.command()
@@ -147,7 +147,7 @@ class DreamAsk:
 def _live_daemon(store: Any) -> str | None:
     """Return the holder of the store's daemon lease, unless it expired or its process (on
     this host) is gone."""
-    from store.leases import current_lease, holder_gone
+    from store.coordination.leases import current_lease, holder_gone
 
     held = current_lease(store.engine)
     if held is None or held.expires_at <= utc_now() or holder_gone(held.holder):

@@ -58,7 +58,7 @@ def memory_list(
     """
     from store.errors import ValidationFailed
     from store.listing import list_memories, list_request
-    from store.memory_view import memory_json
+    from store.shapes.memory import memory_json
 
     try:
         request = list_request(
@@ -100,7 +100,7 @@ def memory_list(
 def memory_show(ctx: Context, memory_id: int, namespace: str, as_json: bool) -> None:
     """Show one memory (any status: what replaced it, if anything) and its relations."""
     from store.errors import NotFound
-    from store.memory_view import memory_json, relation_json
+    from store.shapes.memory import memory_json, relation_json
 
     with _store(ctx, namespace=namespace) as store:
         found = store.db.memories.get(namespace, memory_id)
@@ -135,7 +135,7 @@ def _plain(value: Any) -> str:
 @pass_context
 def namespaces(ctx: Context, as_json: bool) -> None:
     """List the namespaces that hold memories or conversation logs, with their counts."""
-    from store.memory_view import namespace_json
+    from store.shapes.memory import namespace_json
 
     with _store(ctx) as store:
         views = store.db.listing.namespaces()
@@ -165,7 +165,7 @@ def export(ctx: Context, namespace: str, whole: bool) -> None:
     `secretary import FILE --namespace NEW` copies it into another namespace). With
     --all, the whole store, for `secretary import`.
     """
-    from store.backup import export_store
+    from store.exports.backup import export_store
 
     source = click.get_current_context().get_parameter_source("namespace")
     if whole and source is click.core.ParameterSource.COMMANDLINE:

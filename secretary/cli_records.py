@@ -1,6 +1,6 @@
 """`secretary records` and `secretary undo`: read what jobs did, and take it back.
 
-Thin commands over store.records_view, store.diff and store.undo; the main group
+Thin commands over store.shapes.records, store.shapes.diff and store.write.undo; the main group
 (secretary.cli) turns our errors into a message and an exit code.
 """
 
@@ -17,7 +17,7 @@ from store.clock import utc_now
 from store.kinds import RecordStatus
 
 if TYPE_CHECKING:
-    from store.undo import UndoPlan
+    from store.write.undo import UndoPlan
 
 _STATUSES = tuple(status.value for status in RecordStatus)
 _SHOWN_CHARS = 80  # longer values are cut in the text view; --json has them whole
@@ -51,7 +51,7 @@ def records_list(
 ) -> None:
     """List records, newest first: job, namespace, status, duration, changes by kind, tokens,
     cost, and the error or why the run was refused, stopped or skipped."""
-    from store.records_view import record_summary_json
+    from store.shapes.records import record_summary_json
 
     namespaces = (namespace,) if namespace else None
     with _store(ctx, namespace=namespace) as store:
@@ -105,7 +105,7 @@ def _cut(text: str) -> str:
 def records_show(ctx: Context, record_id: int, as_json: bool) -> None:
     """Show one record with its operations, in order, and what each changed, and the items
     its run dropped or quarantined, and why."""
-    from store.records_view import record_show_json
+    from store.shapes.records import record_show_json
 
     with _store(ctx) as store:
         record, operations = store.db.records.get(record_id)
@@ -145,7 +145,7 @@ def records_diff(ctx: Context, record_id: int, as_json: bool) -> None:
     """Tell what a record changed, readably: memory texts before -> after, merges as
     "#12, #19 -> #31: <summary>", supersedes, archives, traits with their evidence, new
     relations with both ends' text, purges; for an undo, what it put back."""
-    from store.diff import diff_json, record_diff
+    from store.shapes.diff import diff_json, record_diff
 
     with _store(ctx) as store:
         record, operations = store.db.records.get(record_id)
@@ -195,8 +195,8 @@ def undo(ctx: Context, record_id: int, dry_run: bool, force: bool, no_index: boo
     memory changed after the record, nothing is written and the conflicts are listed;
     --force undoes the rest. Recall statistics (access count, last access) are kept.
     """
-    from store.undo import plan_undo
-    from store.undo import undo as undo_record
+    from store.write.undo import plan_undo
+    from store.write.undo import undo as undo_record
 
     with _store(ctx) as store:
         if dry_run:

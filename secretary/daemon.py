@@ -30,10 +30,10 @@ from secretary.notify import Notifier, watchdog_interval
 from secretary.scheduler import JobScheduler
 from secretary.status_config import status_config
 from store.clock import utc_now
+from store.coordination.dream_requests import DreamRequestView
+from store.coordination.dream_worker import Dreamer, run_claimed, run_pending
+from store.coordination.leases import Lease, holder_id
 from store.db import DatabaseError, check_schema, make_engine
-from store.dream_requests import DreamRequestView
-from store.dream_worker import Dreamer, run_claimed, run_pending
-from store.leases import Lease, holder_id
 from store.service import Store
 
 API_START_SECONDS = 60.0  # uvicorn binds and runs the app's startup well within this

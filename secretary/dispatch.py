@@ -23,9 +23,9 @@ from secretary.jobs.registry import JOB_NAMES, get_job
 from secretary.outcomes import RunOutcome, make_outcome
 from secretary.runner import run_job
 from store.clock import utc_now
+from store.coordination.dream_requests import DreamRequestView
+from store.coordination.dream_worker import Dreamer
 from store.db import DatabaseError
-from store.dream_requests import DreamRequestView
-from store.dream_worker import Dreamer
 from store.errors import SecretaryError
 from store.service import Store
 

@@ -50,10 +50,10 @@ from secretary.outcomes import (
     state_moved,
     with_records,
 )
+from store.coordination.leases import Lease, LeaseHeld, current_lease, holder_id
 from store.kinds import Outcome
-from store.leases import Lease, LeaseHeld, current_lease, holder_id
-from store.record_info import RecordInfo
 from store.service import Store
+from store.write.record_info import RecordInfo
 
 Monotonic = Callable[[], float]
 
@@ -260,7 +260,9 @@ class _Run:
             message = f"{len(kept.changes)} change(s) await `secretary plans approve {record_id}`"
             return make_outcome(name, namespace, "planned", message, record_id, stats, kept)
         info = RecordInfo(stats=stats, finished_at=self._end_time(), **ctx.llm.record_info())
-        applied = self.job.apply(db.writer, kept, now=self.now, info=info)
+        applied = db.writer.apply(
+            kept.namespace, name, kept.operations, now=self.now, info=info, job_state=kept.job_state
+        )
         if applied.record_id is not None:
             self.records.append(applied.record_id)
         if applied.operations:

@@ -2,8 +2,8 @@
 APScheduler 3 adapter that fires the jobs.
 
 Cron arithmetic is ``secretary.cron``'s (pure); the overrides live in the store's schedule
-table (``store.schedules``); ``JobScheduler`` keeps a running BackgroundScheduler in step with
-the effective schedule, so `secretary schedule set` takes effect without a restart.
+table (``store.coordination.schedules``); ``JobScheduler`` keeps a running BackgroundScheduler
+in step with the effective schedule, so `secretary schedule set` takes effect without a restart.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from secretary.cron import (
 )
 from secretary.jobs.registry import JOB_NAMES, get_job
 from store.clock import utc_now
+from store.coordination.schedules import Override, ScheduleTable
 from store.db import DatabaseError
-from store.schedules import Override, ScheduleTable
 
 # -- the effective schedule (pure) -------------------------------------------------------------
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from store.dream_requests import DreamRequests
+from store.coordination.dream_requests import DreamRequests
+from store.coordination.rebuilds import RebuildTable
+from store.coordination.schedules import ScheduleTable
 from store.reads.identities import IdentityReads
 from store.reads.indexing import IndexingReads
 from store.reads.listing import ListingReads
@@ -16,9 +18,7 @@ from store.reads.memories import MemoryReads
 from store.reads.records import RecordReads
 from store.reads.search import SearchReads
 from store.reads.work import WorkReads
-from store.rebuilds import RebuildTable
-from store.schedules import ScheduleTable
-from store.writer import Writer
+from store.write.writer import Writer
 
 
 class Database:

@@ -15,10 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from store.backup import ImportReport, import_export
 from store.conflicts import OnConflict, fingerprint, identity
 from store.errors import IdConflict, ValidationFailed
-from store.export_lines import NAMESPACE_KINDS, WHOLE_STORE_LINE, other_namespace, parse_export
+from store.exports.backup import ImportReport, import_export
+from store.exports.lines import NAMESPACE_KINDS, WHOLE_STORE_LINE, other_namespace, parse_export
 from store.schemas import Limits, LogIn, MemoryIn, parse_items
 from store.service import Store
 
@@ -86,7 +86,7 @@ def detect_kind(path: Path, *, logs: bool) -> Kind:
 
 def validate_file(path: Path, kind: Kind, limits: Limits, *, namespace: str | None = None) -> int:
     """Check every line; return how many. Raise ValidationFailed listing every bad one (for an
-    export, a line of another namespace than ``namespace`` too; see store.export_lines).
+    export, a line of another namespace than ``namespace`` too; see store.exports.lines).
 
     With no bad line, two lines naming one memory (external id, or content, session and time)
     or one log line (idempotency key) with different content are a conflict: raise IdConflict
@@ -259,7 +259,7 @@ def import_file(
     store: Store, path: Path, *, now: datetime, namespace: str | None = None
 ) -> ImportReport:
     """Validate a whole-store export (or a namespace's) line by line, then import it in one
-    transaction (see store.backup); ``namespace`` moves it into that (empty) namespace.
+    transaction (see store.exports.backup); ``namespace`` moves it into that (empty) namespace.
 
     Raise ValidationFailed naming every bad line, IdConflict for ids held by other content;
     nothing is written then.

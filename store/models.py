@@ -1,6 +1,6 @@
 """SQLAlchemy models: SQL is the truth; Chroma and the lexical index are derived from these rows.
 
-Every write goes through the one writer (``store.unit``), which also writes the maintenance
+Every write goes through the one writer (``store.write.unit``), which also writes the maintenance
 record and the index outbox in the same transaction. The enums live in ``store.kinds``.
 """
 
@@ -217,7 +217,8 @@ class IndexOutbox(Base):
 
 
 class IndexRebuild(Base):
-    """A vector index rebuild of one namespace that has not finished (``store.rebuilds``).
+    """A vector index rebuild of one namespace that has not finished
+    (``store.coordination.rebuilds``).
 
     Written before the rebuild touches Chroma and deleted only once the new collection has
     replaced the old one, so a rebuild cut short is never mistaken for a complete index.
@@ -242,7 +243,7 @@ class NamespaceState(Base):
 
     namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
     revision: Mapped[int] = mapped_column(BigInteger, default=0)  # grows with every change
-    # Grows with a change an index that follows new ids would miss (``store.unit._rewrites``):
+    # Grows with a change an index that follows new ids would miss (``store.write.unit._rewrites``):
     # a memory's text or filter field changed, its row went (undo, purge, forget), came back
     # under its old id or became active again. Such an index then compares itself with SQL.
     rewritten: Mapped[int] = mapped_column(BigInteger, default=0)

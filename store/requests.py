@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from store.clock import ensure_utc, parse_timestamp
@@ -71,6 +71,19 @@ def metadata_text(stored: Any) -> str:
     if isinstance(stored, str):
         return stored
     return json.dumps(stored, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+#: The longest metadata value (as ``metadata_text``) an index filters on. A filter on a longer
+#: value is left to SQL, which checks every hit; the lexical and the vector index agree on it.
+FACET_VALUE_CHARS = 256
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def event_micros(moment: datetime) -> int:
+    """Return an aware moment as microseconds since the epoch: how both indexes keep event times."""
+    return (moment - _EPOCH) // _MICROSECOND
 
 
 @dataclass(frozen=True, kw_only=True)

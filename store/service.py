@@ -15,24 +15,24 @@ from typing import Any
 
 from loguru import logger
 
-from store import edits
 from store.conflicts import OnConflict
 from store.database import Database
 from store.db import check_schema, make_engine, upgrade
-from store.embedder import Embedder, EmbedderError, make_embedder
 from store.errors import ValidationFailed
-from store.forget import ForgetSelection
-from store.index_status import IndexStatus
-from store.indexer import Indexer
-from store.lexical_cache import LexicalCache
-from store.lexical_source import SqlLexicalSource
-from store.reinforcement import Reinforcer
+from store.lexical.cache import LexicalCache
+from store.lexical.source import SqlLexicalSource
 from store.requests import SearchRequest
 from store.schemas import Limits, LogIn, MemoryIn, parse_items, parse_patch
-from store.search import Searcher, SearchResult
+from store.search.searcher import Searcher, SearchResult
 from store.settings import StoreSettings
-from store.vector_index import VectorIndex, VectorIndexError
-from store.writer import AddResult
+from store.vector.embedder import Embedder, EmbedderError, make_embedder
+from store.vector.health import IndexStatus
+from store.vector.index import VectorIndex, VectorIndexError
+from store.vector.indexer import Indexer
+from store.write import edits
+from store.write.forget import ForgetSelection
+from store.write.reinforcement import Reinforcer
+from store.write.writer import AddResult
 
 
 class Store:
@@ -209,7 +209,7 @@ class Store:
         expected_version: int | None = None,
         by: str | None = None,
     ) -> edits.Edited:
-        """Validate and apply a person's edit of a memory (see store.edits.edit)."""
+        """Validate and apply a person's edit of a memory (see store.write.edits.edit)."""
         changes = parse_patch(raw_changes, self.limits)
         return edits.edit(
             self.db.writer,
@@ -230,7 +230,7 @@ class Store:
         expected_version: int | None = None,
         by: str | None = None,
     ) -> edits.Edited:
-        """Delete a memory: a tombstone, undoable (see store.edits.delete)."""
+        """Delete a memory: a tombstone, undoable (see store.write.edits.delete)."""
         return edits.delete(
             self.db.writer, namespace, memory_id, now=now, expected_version=expected_version, by=by
         )
@@ -244,7 +244,7 @@ class Store:
         by: str | None = None,
         dry_run: bool = False,
     ) -> edits.ForgetResult:
-        """Erase memories everywhere, irreversibly (see store.forget): this process's lexical
+        """Erase memories everywhere, irreversibly (see store.write.forget): this process's lexical
         index and the saved ones drop them at once, other processes' at their next search."""
         result = edits.forget(self.db.writer, namespace, selection, now=now, by=by, dry_run=dry_run)
         if not dry_run:

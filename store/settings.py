@@ -129,7 +129,7 @@ class RetrievalSettings(Section):
     # session, or (when not both have one) event times at most this many minutes apart.
     timeline_window_minutes: float = Field(default=60.0, ge=0)
     # A query of several turns (a chat excerpt): its latest turn's share of the lexical score
-    # (the earlier turns have the rest) and of the query vector (see store/query_shape.py).
+    # (the earlier turns have the rest) and of the query vector (see store/search/query_shape.py).
     chat_focus_lexical: float = Field(default=0.9, ge=0, le=1)
     chat_focus_dense: float = Field(default=0.7, ge=0, le=1)
     min_score: float = 0.0

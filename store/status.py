@@ -18,10 +18,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from store.clock import parse_timestamp
+from store.coordination.leases import LeaseInfo, current_lease, holder_gone
+from store.coordination.schedules import Override
 from store.database import Database
-from store.leases import LeaseInfo, current_lease, holder_gone
 from store.reads.records import Usage
-from store.schedules import Override
 from store.views import JobStateView
 
 Firing = Literal["idle", "running", "interrupted"]

@@ -39,7 +39,7 @@ def _one_onnx_model_per_test_process(tmp_path_factory: pytest.TempPathFactory) -
     daemon) still make their own.
     """
     import store.service
-    from store.embedder import Embedder, OnnxMiniLMEmbedder
+    from store.vector.embedder import Embedder, OnnxMiniLMEmbedder
 
     shared = OnnxMiniLMEmbedder(cache_dir=tmp_path_factory.mktemp("model-cache"))
     configured = store.service.make_embedder

@@ -6,6 +6,7 @@ CI); these tests add what import-linter does not check the same way.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,75 @@ def test_loading_settings_imports_neither_the_scheduler_nor_the_store() -> None:
     )
 
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+KERNEL = ("store.clock", "store.errors", "store.kinds")
+MAX_TOP_LEVEL_MODULES = 20
+MAX_SUBPACKAGE_LINES = 4000
+
+
+def _store_rooms() -> list[Path]:
+    return sorted(
+        path
+        for path in (REPO / "store").iterdir()
+        if path.is_dir() and (path / "__init__.py").exists() and path.name != "migrations"
+    )
+
+
+def test_the_kernel_imports_nothing_else_and_prompts_only_the_kernel() -> None:
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=False)
+    first_party = ("store", "secretary", "prompts")
+
+    from_kernel = {
+        (module, imported)
+        for module in KERNEL
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.split(".")[0] in first_party
+    }
+    from_prompts = {
+        imported
+        for module in graph.find_descendants("prompts") | {"prompts"}
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.split(".")[0] == "store"
+    }
+
+    assert from_kernel == set()
+    assert from_prompts <= set(KERNEL)
+
+
+def test_store_shows_its_rooms() -> None:
+    """A newcomer sees the floor plan: few modules at the top, sub-packages of moderate size,
+    each saying what it is and what it may import."""
+    top = sorted(path.name for path in (REPO / "store").glob("*.py") if path.name != "__init__.py")
+    sizes = {
+        room.name: sum(len(p.read_text(encoding="utf-8").splitlines()) for p in room.rglob("*.py"))
+        for room in _store_rooms()
+    }
+    undocumented = [
+        room.name
+        for room in _store_rooms()
+        if len(doc := (ast.get_docstring(ast.parse((room / "__init__.py").read_text())) or "")) < 80
+        or "import" not in doc.lower()
+    ]
+
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+    assert {room for room, lines in sizes.items() if lines > MAX_SUBPACKAGE_LINES} == set(), sizes
+    assert undocumented == []
+
+
+def test_a_memory_row_is_made_in_one_place() -> None:
+    """New memories are made by ``store.write.apply.new_memory`` only; elsewhere a ``Memory`` is
+    only rebuilt from a stored image (``Memory(**values)``)."""
+    makers = []
+    for path in (REPO / "store").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "Memory"
+                and any(keyword.arg is not None for keyword in node.keywords)
+            ):
+                makers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+
+    assert len(makers) == 1, makers
+    assert makers[0].startswith("store/write/apply.py:"), makers

@@ -24,9 +24,9 @@ from secretary.config import Settings
 from secretary.jobs.settings import GuardrailSettings, JobsSettings
 from secretary.runner import run_job
 from store.ingest import ingest_file
-from store.records_view import record_detail_json
 from store.service import Store
-from store.undo import AlreadyUndone, NothingToUndo, UndoConflict, undo
+from store.shapes.records import record_detail_json
+from store.write.undo import AlreadyUndone, NothingToUndo, UndoConflict, undo
 from tests.helpers.fake_embedder import FakeEmbedder
 from tests.helpers.openai_server import CHAT_COMPLETIONS, ScriptedOpenAIServer, ScriptedReply
 from tests.helpers.scripted_model import ScriptedModel

@@ -25,9 +25,9 @@ from effect_bench.pollution import Pollutant, Truth
 from secretary.config import Settings
 from secretary.jobs.registry import JOBS
 from store.db import MIGRATIONS
-from store.embedder import Embedder
 from store.kinds import MemoryStatus
 from store.service import Store
+from store.vector.embedder import Embedder
 
 DATABASE = "secretary.db"  # the default SQLite file in a data directory
 CLEAN_VERSION = 1  # bump when the way the clean store is built changes

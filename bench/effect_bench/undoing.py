@@ -1,6 +1,6 @@
 """Checks that what the cycles retired can be brought back by undo until retention purges it.
 
-Through the same library calls as `secretary undo` (``store.undo.plan_undo`` and ``undo``)
+Through the same library calls as `secretary undo` (``store.write.undo.plan_undo`` and ``undo``)
 and the namespace export (`secretary export`):
 
 - ``night_round_trip``: undo every record a night's cycle wrote, newest first: the export
@@ -29,8 +29,8 @@ from effect_bench.stores import export_lines
 from store.errors import StoreError
 from store.kinds import TOMBSTONES
 from store.service import Store
-from store.undo import NothingToUndo, UndoConflict, plan_undo, undo
 from store.views import OperationView, RecordView
+from store.write.undo import NothingToUndo, UndoConflict, plan_undo, undo
 
 RETIRED = frozenset(status.value for status in TOMBSTONES)
 

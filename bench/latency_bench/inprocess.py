@@ -27,8 +27,8 @@ from latency_bench.common import (
     timed,
 )
 from latency_bench.prepare import Prepared
-from store.embedder import Embedder
 from store.service import Store
+from store.vector.embedder import Embedder
 
 
 class BareChroma:
@@ -38,7 +38,7 @@ class BareChroma:
         import chromadb
         from chromadb.config import Settings as ChromaSettings
 
-        from store.vector_index import collection_name
+        from store.vector.index import collection_name
 
         self._client = chromadb.PersistentClient(
             path=str(chroma_path), settings=ChromaSettings(anonymized_telemetry=False)
@@ -62,8 +62,8 @@ import json, sys
 from pathlib import Path
 import chromadb
 from chromadb.config import Settings
-from store.embedder import make_embedder
-from store.vector_index import collection_name
+from store.vector.embedder import make_embedder
+from store.vector.index import collection_name
 path, namespace, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 client = chromadb.PersistentClient(path=path, settings=Settings(anonymized_telemetry=False))
 collection = client.get_collection(collection_name(namespace))

@@ -11,7 +11,7 @@ import numpy as np
 from benchkit import say
 
 from latency_bench.common import WORK
-from store.embedder import Embedder
+from store.vector.embedder import Embedder
 
 POOL_SEED = 7
 

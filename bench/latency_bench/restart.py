@@ -29,9 +29,9 @@ from latency_bench.common import BATCH, NAMESPACE, NOW, WARMUP, dir_mib, load_av
 from latency_bench.pool import PoolEmbedder, vector_pool
 from latency_bench.prepare import Prepared
 from latency_bench.served import _rss, _wait_ready, server
-from store.forget import ForgetSelection
-from store.lexical_source import SqlLexicalSource
+from store.lexical.source import SqlLexicalSource
 from store.service import Store
+from store.write.forget import ForgetSelection
 
 NEW_MEMORIES = 1000
 EDITED = 10

@@ -1,9 +1,10 @@
 """The cached stores of the views, their snapshots, and the evidence of any query and settings.
 
 A snapshot holds one namespace's search rows, relations and external ids in memory: it is a
-``store.search.MemorySource``, so evidence can be ranked with ``store.search.rank`` without
+``store.search.searcher.MemorySource``, so evidence can be ranked with
+``store.search.searcher.rank`` without
 touching SQL. `Materials` computes the evidence a search would gather, for any settings, the
-way ``Searcher.evidence`` does: the same query shaping (``store.search.query_shape`` and
+way ``Searcher.evidence`` does: the same query shaping (``store.search.searcher.query_shape`` and
 ``query_vector``), the store's own BM25 index, and exact cosines against the memories'
 vectors (the same model's embeddings of the same texts; Chroma's HNSW over a few hundred
 vectors returns the same neighbours). Embeddings of memories and queries are cached on disk.
@@ -28,16 +29,16 @@ from locomo_bench.data import Conversation
 from locomo_bench.views import View
 from secretary.config import Settings
 from store.db import MIGRATIONS
-from store.lexical import LexicalIndex
-from store.lexical_source import SqlLexicalSource
-from store.lexical_view import LexicalView
-from store.query_shape import QueryShape, query_vector
+from store.lexical.index import LexicalIndex
+from store.lexical.source import SqlLexicalSource
+from store.lexical.view import LexicalView
 from store.reads.search import SearchRow
-from store.retrieval import mix_scores, parse_periods
-from store.search import SESSION_CANDIDATES, Evidence, query_shape
+from store.search.query_shape import QueryShape, query_vector
+from store.search.scoring import mix_scores, parse_periods
+from store.search.searcher import SESSION_CANDIDATES, Evidence, query_shape
 from store.service import Store
 from store.settings import RetrievalSettings
-from store.vector_index import VectorHit
+from store.vector.index import VectorHit
 from store.views import Edge
 
 INGEST_VERSION = 2  # bump when the way memories (or vectors) are made changes

@@ -1,6 +1,6 @@
 """Rankings of a question: the service's own search, re-ranked evidence, and baselines.
 
-Re-ranking uses the same ``store.search.rank`` the service uses, over a snapshot, with the
+Re-ranking uses the same ``store.search.searcher.rank`` the service uses, over a snapshot, with the
 evidence `Materials` computes as ``Searcher.evidence`` would. The baselines read the query
 as given (no shaping): BM25 alone (the store's index), dense alone (the cosine of the whole
 query's embedding with each memory's), and their reciprocal-rank fusion.
@@ -16,7 +16,7 @@ from locomo_bench.data import Conversation, Question
 from locomo_bench.metrics import K, QuestionScore, recall10, score_question
 from locomo_bench.prepared import Bench, Materials
 from store.requests import SearchRequest
-from store.search import Searcher, rank
+from store.search.searcher import Searcher, rank
 from store.settings import RetrievalSettings
 
 RRF_K = 60

@@ -1,7 +1,7 @@
 """Cycles on a copy of the base: each job in order through ``run_job``, timed, then a sync.
 
 A cycle is ``secretary.runner.run_cycle``'s loop (every job of ``JOBS`` on every namespace with
-work), timed per job, followed by ``store.indexer.sync()`` as ``secretary dream`` does.
+work), timed per job, followed by ``store.vector.indexer.sync()`` as ``secretary dream`` does.
 """
 
 from __future__ import annotations

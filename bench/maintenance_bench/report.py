@@ -98,8 +98,9 @@ NOTES = [
     "memories, every other one revising a trait shown. Consolidator: a 60-word summary of all "
     "fragments sent. Completion tokens are those of these replies: a real model's differ.",
     "A cycle is run_cycle's loop (each job in JOBS order via run_job) followed by "
-    "store.indexer.sync(), as `secretary dream` does. Wall times include the local HTTP round "
-    "trips and the scripted server's token counting, and the machine was shared with other work.",
+    "store.vector.indexer.sync(), as `secretary dream` does. Wall times include the local "
+    "HTTP round trips and the scripted server's token counting, and the machine was shared with "
+    "other work.",
 ]
 
 

@@ -2,7 +2,8 @@
 
 A job's ``plan()`` reads (and may ask the LLM) and returns a ``Plan``: changes, each a tuple of
 operations that stand or fall together, plus the job state (watermarks) to save with them.
-``apply()`` writes exactly that through ``Writer.apply``, in one transaction.
+A job never writes: the runner (``secretary.runner``) hands the plan it kept to
+``Writer.apply``, which writes exactly that, its record and the job state in one transaction.
 
 Most jobs plan the same way, written once in ``WatermarkJob.plan``: read what is new past the
 job's watermarks; plan the part that needs no model (exact duplicates, associative edges);
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from loguru import logger
 
@@ -29,11 +30,7 @@ from secretary.jobs.context import JobContext, RunLimitReached
 from secretary.llm.errors import BudgetExhausted, LlmError
 from store.errors import SecretaryError
 from store.operations import Operation
-from store.record_info import RecordInfo
 from store.views import MemoryView
-
-if TYPE_CHECKING:  # the writer is handed in; jobs never open one
-    from store.writer import Applied, Writer
 
 T = TypeVar("T")  # an item read past the watermark
 G = TypeVar("G")  # what one LLM call asks about
@@ -101,17 +98,6 @@ class Job(ABC):
         The runner applies one before it asks for the next, and stops asking when one could
         not be applied (refused, or waiting for approval).
         """
-
-    def apply(self, writer: Writer, plan: Plan, *, now: datetime, info: RecordInfo) -> Applied:
-        """Write exactly the plan, its record and its job state, in one transaction."""
-        return writer.apply(
-            plan.namespace,
-            self.name,
-            plan.operations,
-            now=now,
-            info=info,
-            job_state=plan.job_state,
-        )
 
     def empty_plan(self, ctx: JobContext, **values: Any) -> Plan:
         return Plan(job=self.name, namespace=ctx.namespace, **values)

@@ -17,21 +17,20 @@ from store.api.errors import install_error_handlers
 from store.api.job_metrics import JobMetrics
 from store.api.metrics import Metrics, MetricsMiddleware
 from store.api.openapi import install_openapi, single_valued_query
-from store.api.records import router as records_router
-from store.api.responses import ERRORS
 from store.api.routes_dream import add_dream_routes
 from store.api.routes_edits import add_edit_routes
 from store.api.routes_ingest import add_ingest_routes
 from store.api.routes_listing import add_listing_routes
 from store.api.routes_memories import add_memory_routes
 from store.api.routes_ops import add_operational_routes
+from store.api.routes_records import add_record_routes
 from store.api.routes_search import add_search_route
 from store.api.routes_status import add_status_route
+from store.api.workers import IndexWorker, Warmer, settle_heap
 from store.clock import utc_now
-from store.dream_worker import Dreamer, DreamWorker
+from store.coordination.dream_worker import Dreamer, DreamWorker
 from store.service import Store
 from store.status import UNKNOWN, StatusConfig
-from store.workers import IndexWorker, Warmer, settle_heap
 
 
 def create_app(
@@ -112,7 +111,7 @@ def create_app(
     add_operational_routes(app)
     add_status_route(app)
     add_dream_routes(app, dreamer)
-    app.include_router(records_router, responses=ERRORS)
+    add_record_routes(app)
     return app
 
 

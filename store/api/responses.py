@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ErrorOut(BaseModel):
@@ -54,9 +54,8 @@ class SearchOut(BaseModel):
 
 
 class RecordOut(BaseModel):
-    # The records router has a RecordOut too; the OpenAPI document then names each after its
-    # module, and this one kept the name it had before store.api became a package.
-    __module__ = "store.api"
+    """A maintenance record. The records endpoints give every field; a memory's history gives
+    id to finished_at only."""
 
     id: int
     job: str
@@ -64,6 +63,18 @@ class RecordOut(BaseModel):
     status: str
     started_at: str
     finished_at: str | None
+    # Not in a memory's history (its route leaves unset fields out), so not required here;
+    # RecordDetailOut (routes_records) requires them again.
+    undoes_id: int | None = None
+    undone_by_id: int | None = None
+    duration_seconds: float | None = None
+    changes_by_kind: dict[str, int] = Field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
+    error: str | None = None
+    # Why the run was refused, stopped early, or its LLM part skipped.
+    reason: str | None = None
 
 
 class HistoryOut(BaseModel):

@@ -1,7 +1,7 @@
 """POST /v1/dream and GET /v1/dream/{id}: ask for the maintenance jobs to run now, and follow it.
 
-POST queues a request (``store.dream_requests``) and answers 202 at once: the running daemon
-picks it up within ``schedule.poll_seconds``; under `secretary serve` the app's own
+POST queues a request (``store.coordination.dream_requests``) and answers 202 at once: the
+running daemon picks it up within ``schedule.poll_seconds``; under `secretary serve` the app's own
 ``DreamWorker`` does, while no daemon runs. The store cannot import the jobs, so the job names a
 request may use come from the ``Dreamer`` that ``create_app`` is given.
 
@@ -22,9 +22,9 @@ from store.api.auth import Principal
 from store.api.deps import MAX_ID, Caller, NamespaceParam, State
 from store.api.errors import ApiError
 from store.api.responses import ERRORS
-from store.dream_requests import DreamRequestView
-from store.dream_worker import Dreamer
-from store.leases import current_lease
+from store.coordination.dream_requests import DreamRequestView
+from store.coordination.dream_worker import Dreamer
+from store.coordination.leases import current_lease
 
 RequestId = Annotated[int, Path(ge=1, le=MAX_ID)]
 

@@ -17,13 +17,13 @@ from store.api.deps import MAX_ID, Caller, MemoryId, NamespaceParam, State
 from store.api.errors import ApiError
 from store.api.responses import ERRORS, ErrorOut, MemoryDetailOut
 from store.api.routes_memories import memory_not_found, readable_namespace
-from store.edits import Edited, NotActive, VersionConflict
 from store.errors import NotFound
-from store.forget import ForgetSelection
-from store.memory_view import memory_json
 from store.requests import SearchFilters
 from store.schemas import MemoryPatch, Timestamp
-from store.undo import AlreadyUndone, ForgetIsFinal, NothingToUndo, UndoConflict, undo
+from store.shapes.memory import memory_json
+from store.write.edits import Edited, NotActive, VersionConflict
+from store.write.forget import ForgetSelection
+from store.write.undo import AlreadyUndone, ForgetIsFinal, NothingToUndo, UndoConflict, undo
 
 CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorOut, "description": "the memory changed (If-Match) or is not active"}

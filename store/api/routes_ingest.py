@@ -16,7 +16,7 @@ from store.api.responses import ERRORS, AddOut, ErrorOut
 from store.conflicts import ON_CONFLICT, OnConflict
 from store.errors import IdConflict
 from store.schemas import LogIn, MemoryIn
-from store.writer import AddResult
+from store.write.writer import AddResult
 
 
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:

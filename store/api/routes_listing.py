@@ -15,7 +15,7 @@ from store.api.routes_search import Tag, TypeName
 from store.errors import ValidationFailed
 from store.kinds import MemoryStatus
 from store.listing import DEFAULT_LIMIT, MAX_LIMIT, list_memories, list_request
-from store.memory_view import memory_json, namespace_json, relation_json
+from store.shapes.memory import memory_json, namespace_json, relation_json
 
 
 class ListOut(BaseModel):

@@ -8,7 +8,7 @@ from store.api.auth import Principal, choose_namespace
 from store.api.deps import Caller, MemoryId, NamespaceParam, State
 from store.api.errors import ApiError
 from store.api.responses import ERRORS, HistoryOut, MemoryDetailOut
-from store.memory_view import memory_json
+from store.shapes.memory import memory_json
 from store.views import RecordView
 
 
@@ -64,6 +64,8 @@ def add_memory_routes(app: FastAPI) -> None:
     @app.get(
         "/v1/memories/{memory_id}/history",
         response_model=HistoryOut,
+        # A record here is its first fields only (_record_view): RecordOut's others left out.
+        response_model_exclude_unset=True,
         responses=ERRORS,
         summary="The maintenance records that touched a memory, oldest first",
     )

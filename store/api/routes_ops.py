@@ -2,7 +2,7 @@
 Prometheus metrics (no key).
 
 Both health endpoints are cheap enough to poll: one count of the outbox (which also tells that
-the database answers) and the vector index's cached snapshot (``store.index_status``: the API's
+the database answers) and the vector index's cached snapshot (``store.vector.health``: the API's
 index worker reaches Chroma, never a health request).
 
 - ``/healthz``: 200 while the process and its database work, with each part's state and an

@@ -10,10 +10,10 @@ from store.api.deps import Caller, IsoTime, MetaPair, NamespaceParam, State
 from store.api.errors import ApiError
 from store.api.responses import ERRORS, ErrorOut, SearchOut
 from store.errors import ValidationFailed
-from store.memory_view import hit_json
 from store.requests import search_request
 from store.schemas import NOT_BLANK, TYPE_PATTERN
-from store.vector_index import VectorIndexError
+from store.shapes.memory import hit_json
+from store.vector.index import VectorIndexError
 
 MAX_QUERY_CHARS = 4000
 

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from loguru import logger
 from sqlalchemy.exc import SQLAlchemyError
 
-from store.embedder import EmbedderError
-from store.vector_index import VectorIndexError
+from store.vector.embedder import EmbedderError
+from store.vector.index import VectorIndexError
 
 MAX_BACKOFF = 60.0  # seconds between attempts while the index keeps failing
 

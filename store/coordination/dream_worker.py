@@ -20,8 +20,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from store.clock import utc_now
-from store.dream_requests import DreamRequests, DreamRequestView
-from store.leases import Lease, current_lease, holder_gone, holder_id
+from store.coordination.dream_requests import DreamRequests, DreamRequestView
+from store.coordination.leases import Lease, current_lease, holder_gone, holder_id
 
 RunRequest = Callable[[DreamRequestView], Sequence[Mapping[str, Any]] | None]
 

@@ -2,7 +2,7 @@
 
 A rebuild is asked for in one transaction (a row per namespace) before Chroma is touched, moves
 its row's cursor forward as batches land in the new collection, and deletes the row only once
-the new collection has replaced the old one (``store.indexer``). So a rebuild cut short is
+the new collection has replaced the old one (``store.vector.indexer``). So a rebuild cut short is
 resumed by whoever syncs the index next, and until then every reader can tell that the
 namespace's vectors are incomplete.
 """

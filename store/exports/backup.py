@@ -2,7 +2,7 @@
 
 The export holds every memory (any status) and relation, every conversation log line, every
 maintenance record with its operations (before/after images), the jobs' state (watermarks,
-health) and the schedule overrides, each kind by id (see store.export_lines for the lines). It
+health) and the schedule overrides, each kind by id (see store.exports.lines for the lines). It
 is deterministic: exporting a store, importing it into an empty one and exporting that gives
 the same bytes. What a store derives or holds only while running is left out: the vector index
 and its outbox (rebuilt from the memories), the namespaces' revisions, leases and dream requests.
@@ -12,7 +12,8 @@ it writes no record of its own (and is not undone by `secretary undo`); the vect
 through the outbox. Rows already stored as in the file are skipped; an id (external id,
 idempotency key, edge) that a row with other content holds is a conflict. Into another
 namespace (``namespace``), the file must hold one namespace and the target none: every id is
-moved past those the store has used (store.remap), and schedules, which belong to a store, stay.
+moved past those the store has used (store.exports.remap), and schedules, which belong to a
+store, stay.
 """
 
 from __future__ import annotations
@@ -27,7 +28,22 @@ from sqlalchemy.orm import Session
 
 from store.db import session_factory, transaction
 from store.errors import IdConflict, ValidationFailed
-from store.export_lines import Export
+from store.exports.lines import Export
+from store.exports.remap import move
+from store.exports.restoring import (
+    advance_ids,
+    check_export,
+    insert_job_states,
+    insert_logs,
+    insert_memories,
+    insert_records,
+    insert_schedules,
+    largest_id,
+    log_image,
+    new_relations,
+    record_image,
+    row_image,
+)
 from store.images import memory_image, relation_image
 from store.kinds import MemoryStatus
 from store.models import (
@@ -42,21 +58,6 @@ from store.models import (
     ScheduleEntry,
 )
 from store.reads.memories import export_line
-from store.remap import move
-from store.restoring import (
-    advance_ids,
-    check_export,
-    insert_job_states,
-    insert_logs,
-    insert_memories,
-    insert_records,
-    insert_schedules,
-    largest_id,
-    log_image,
-    new_relations,
-    record_image,
-    row_image,
-)
 
 _BATCH = 1000
 Row = TypeVar("Row")

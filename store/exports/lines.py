@@ -5,7 +5,7 @@ and in a whole-store export also ``log``, ``record`` (with its ``operations``), 
 ``schedule``. ``parse_export`` checks every line (fields, types, timestamps, statuses) and the
 file as a whole (an id twice with other content, a relation or a timeline link to a memory of
 another namespace), and reports every problem with its line; what can only be checked against
-the store (a link to a memory that is not in the file) is left to ``store.restoring``.
+the store (a link to a memory that is not in the file) is left to ``store.exports.restoring``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from store.export_lines import (
+from store.exports.lines import (
     Export,
     JobStateLine,
     Labelled,
@@ -40,7 +40,7 @@ _STATS_IDS = frozenset(
         "protected_ids",
         "quarantined",
         "failed_batch",
-        "relations",  # an erasure record's (store.forget)
+        "relations",  # an erasure record's (store.write.forget)
         "logs",
     }
 )

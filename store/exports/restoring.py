@@ -1,6 +1,6 @@
 """Putting exported rows back: checking them against the store, inserting them with their ids.
 
-``check_export`` runs inside the restoring transaction, after ``store.export_lines`` checked the
+``check_export`` runs inside the restoring transaction, after ``store.exports.lines`` checked the
 file on its own: a line whose row is stored as it is in the file is skipped; one whose id (or
 external id, idempotency key, edge) is taken by a row with other content is a conflict; a link
 (a relation's ends, a memory's timeline neighbours or replacement, an undo's record) to a row
@@ -21,7 +21,7 @@ from sqlalchemy import select, text, tuple_
 from sqlalchemy.orm import Session
 
 from store.clock import parse_timestamp
-from store.export_lines import Export, Labelled, line_key
+from store.exports.lines import Export, Labelled, line_key
 from store.images import memory_image, memory_values, relation_image, relation_values
 from store.models import (
     Base,

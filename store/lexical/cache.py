@@ -37,8 +37,9 @@ from typing import Protocol
 import numpy as np
 from loguru import logger
 
-from store import lexical_files as files
-from store.lexical import (
+from store.lexical import files
+from store.lexical.columns import Columns, Ints, merge
+from store.lexical.index import (
     DEFAULT_B,
     DEFAULT_K1,
     LexDoc,
@@ -47,8 +48,7 @@ from store.lexical import (
     release_free_memory,
     tokenise_docs,
 )
-from store.lexical_columns import Columns, Ints, merge
-from store.lexical_view import LexicalView
+from store.lexical.view import LexicalView
 
 _NO_DEAD: Ints = np.zeros(0, dtype=np.int64)
 _OPEN_ATTEMPTS = 3  # a snapshot deleted while being opened: look again

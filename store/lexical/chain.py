@@ -5,7 +5,7 @@ are in that turn, not in the answer. So besides its own document a memory has a 
 document, its own tokens followed by those of the memory before it in the same session (by
 event time, then id); the lexical evidence keeps the better of its own BM25 score and
 ``weight`` x its context's, each divided by its best (`chained_top_k`, which
-``store.lexical_view`` searches with). A memory without a session, or first in its session, is
+``store.lexical.view`` searches with). A memory without a session, or first in its session, is
 its own context.
 
 Nothing here is saved: the chain is derived from an index's columns, once per base, and a view
@@ -27,9 +27,9 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from store import bm25
-from store.bm25 import idf
-from store.lexical_columns import Columns, Int32s, Ints
+from store.lexical import bm25
+from store.lexical.bm25 import idf
+from store.lexical.columns import Columns, Int32s, Ints
 
 __all__ = [
     "Chain",
@@ -175,7 +175,7 @@ def _renumber(codes: Int32s, names: list[str], touched: dict[str, int]) -> Int32
 
 def context_scores(terms: Sequence[tuple[float, Ints, Floats32]], chain: Chain) -> Floats32:
     """Score the context documents of the live rows as a corpus of their own (Lucene BM25,
-    as ``store.bm25``, in float32): return every row's score (0 for dead rows).
+    as ``store.lexical.bm25``, in float32): return every row's score (0 for dead rows).
 
     ``terms`` holds, per query term, its count in the query and the live rows holding it
     (each once) with how often each does.

@@ -12,19 +12,15 @@ Pure: columns and filters in, a mask out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from store.lexical_columns import Columns
-from store.requests import SearchFilters, metadata_text
+from store.lexical.columns import Columns
+from store.requests import FACET_VALUE_CHARS, SearchFilters, event_micros, metadata_text
 
-FACET_VALUE_CHARS = 256
 _SEP = "\x1f"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 Mask = npt.NDArray[np.bool_]
 
@@ -37,11 +33,6 @@ def facets_of(tags: Iterable[str], metadata: Mapping[str, Any]) -> tuple[str, ..
         if len(text) <= FACET_VALUE_CHARS:
             names.add(_pair(key, text))
     return tuple(sorted(names))
-
-
-def event_micros(moment: datetime) -> int:
-    """Return an aware moment as microseconds since the epoch."""
-    return (moment - _EPOCH) // _MICROSECOND
 
 
 def _tag(tag: str) -> str:

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from store import bm25
 from store.errors import StoreError
-from store.lexical import TOKENIZER, LexicalIndex
-from store.lexical_columns import Columns, Multi, Single
+from store.lexical import bm25
+from store.lexical.columns import Columns, Multi, Single
+from store.lexical.index import TOKENIZER, LexicalIndex
 
 FORMAT = 1
 _PREFIX = "s-"

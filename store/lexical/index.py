@@ -1,13 +1,13 @@
 """BM25 lexical index over one namespace's memories: its documents and the index.
 
 The index is derived: SQL is the truth and the caller loads the documents. Scoring is Lucene
-BM25 (``store.bm25``, bit for bit bm25s's) over Snowball-stemmed English tokens; this module
+BM25 (``store.lexical.bm25``, bit for bit bm25s's) over Snowball-stemmed English tokens; this module
 tokenises, merges and normalises. Scores are divided by the query's best score, so the best hit
 is exactly 1.0.
 
-An index is immutable: its documents are columns of arrays (``store.lexical_columns``), which a
-saved index memory-maps (``store.lexical_files``), and two BM25 matrices over them, one of
-memories and one of whole sessions. A view of it (``store.lexical_view``) adds the memories
+An index is immutable: its documents are columns of arrays (``store.lexical.columns``), which a
+saved index memory-maps (``store.lexical.files``), and two BM25 matrices over them, one of
+memories and one of whole sessions. A view of it (``store.lexical.view``) adds the memories
 added or changed since it was built.
 
 A build reads its documents as a stream and tokenises them a chunk at a time into the columns:
@@ -34,10 +34,11 @@ import numpy as np
 import numpy.typing as npt
 import Stemmer
 
-from store import bm25
-from store.lexical_chain import predecessors
-from store.lexical_columns import Columns, Ints
-from store.lexical_facets import FacetIndex, Mask, event_micros, facets_of
+from store.lexical import bm25
+from store.lexical.chain import predecessors
+from store.lexical.columns import Columns, Ints
+from store.lexical.facets import FacetIndex, Mask, facets_of
+from store.requests import event_micros
 
 __all__ = ["LexDoc", "LexicalIndex", "Scope", "part_weights", "search_parts", "tokenize"]
 
@@ -284,7 +285,7 @@ class LexicalIndex:
         k1: float,
         b: float,
     ) -> None:
-        """Use `build`, `from_columns` or ``store.lexical_files``: this takes the matrices."""
+        """Use `build`, `from_columns` or ``store.lexical.files``: this takes the matrices."""
         self.columns = columns
         self.k1 = k1
         self.b = b
@@ -301,7 +302,7 @@ class LexicalIndex:
 
     @cached_property
     def before(self) -> Ints:
-        """Each document's predecessor in its session (``store.lexical_chain``), made on the
+        """Each document's predecessor in its session (``store.lexical.chain``), made on the
         first search that asks for context."""
         columns = self.columns
         return predecessors(columns.session.codes, columns.event_us, columns.keys)

@@ -8,8 +8,8 @@ from datetime import datetime
 
 import numpy as np
 
-from store.lexical import LexDoc
-from store.lexical_cache import Versions
+from store.lexical.cache import Versions
+from store.lexical.index import LexDoc
 from store.reads.search import LexicalRow, SearchReads
 
 # Rows per read while the lexical index is (re)built from SQL.
@@ -17,7 +17,7 @@ LEXICAL_PAGE = 5000
 
 
 class SqlLexicalSource:
-    """``store.lexical_cache.LexicalSource`` over SQL."""
+    """``store.lexical.cache.LexicalSource`` over SQL."""
 
     def __init__(self, reads: SearchReads) -> None:
         self._reads = reads
@@ -26,7 +26,7 @@ class SqlLexicalSource:
         return self._reads.revisions(namespace)
 
     def all_docs(self, namespace: str) -> Iterator[LexDoc]:
-        # A page at a time: a build tokenises a chunk at a time (see store.lexical).
+        # A page at a time: a build tokenises a chunk at a time (see store.lexical.index).
         after_id = 0
         while rows := self._reads.lexical_rows(namespace, after_id=after_id, limit=LEXICAL_PAGE):
             yield from lexical_docs(rows)

@@ -1,7 +1,7 @@
 """A view of a namespace's lexical index: a base index, minus the documents that changed since it
 was built, plus a small tail index of the memories added or changed since, searched as one
-corpus, optionally with each memory's context (``store.lexical_chain``).
-``store.lexical_cache`` keeps the views current and merges the tail into the base when it
+corpus, optionally with each memory's context (``store.lexical.chain``).
+``store.lexical.cache`` keeps the views current and merges the tail into the base when it
 grows.
 """
 
@@ -13,10 +13,10 @@ from functools import cached_property
 
 import numpy as np
 
-from store import bm25
-from store.lexical import LexicalIndex, Scope, part_weights, search_parts, tokenize
-from store.lexical_chain import Chain, Floats32, chained_top_k, context_scores, view_predecessors
-from store.lexical_columns import Ints
+from store.lexical import bm25
+from store.lexical.chain import Chain, Floats32, chained_top_k, context_scores, view_predecessors
+from store.lexical.columns import Ints
+from store.lexical.index import LexicalIndex, Scope, part_weights, search_parts, tokenize
 from store.requests import SearchFilters
 
 __all__ = ["LexicalView"]
@@ -26,7 +26,7 @@ class LexicalView:
     """A base index, minus its ``dead`` documents, plus an optional tail of newer ones, searched
     as one corpus.
 
-    The tail must not repeat the live base's memory_ids (``store.lexical_cache`` ensures it).
+    The tail must not repeat the live base's memory_ids (``store.lexical.cache`` ensures it).
     Approximations, all gone once the base is rebuilt: each part keeps its own average document
     length and dead documents still count in the base's statistics (the IDF is corrected to
     the union's); a session with memories in both parts is scored as two session documents and
@@ -113,7 +113,7 @@ def _search_chained(
 ) -> dict[int, float]:
     """Like `search_parts` over the indexes' memories, each memory scored max(own / best
     own, ``weight`` x context / best context), where its context document is its own followed
-    by the memory before it (``store.lexical_chain``); the result divided by its best again."""
+    by the memory before it (``store.lexical.chain``); the result divided by its best again."""
     if k <= 0 or not terms:
         return {}
     memory_parts = [(index.memory_part, scope) for index, scope in parts]

@@ -10,5 +10,7 @@
   active memories per namespace.
 
 ``store.database.Database`` holds one of each over an engine. Writes are elsewhere: only the
-writer (``store.unit``) changes memories, relations, records and job state.
+writer (``store.write.unit``) changes memories, relations, records and job state.
+
+Imports the tables (``store.models``, ``store.db``) and values only: no index, writer or use case.
 """

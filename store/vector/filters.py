@@ -12,8 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from store.lexical_facets import FACET_VALUE_CHARS, event_micros
-from store.requests import SearchFilters, metadata_text
+from store.requests import FACET_VALUE_CHARS, SearchFilters, event_micros, metadata_text
 
 Where = dict[str, Any]
 _TYPE, _TIME, _TAGS, _META = "type", "t", "tags", "m."

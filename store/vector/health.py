@@ -19,11 +19,11 @@ from typing import Any
 
 from loguru import logger
 
+from store.coordination.rebuilds import RebuildMark, RebuildTable
 from store.db import DatabaseError
-from store.embedder import EmbedderError
 from store.reads.indexing import IndexingReads
-from store.rebuilds import RebuildMark, RebuildTable
-from store.vector_index import IncompatibleCollection, VectorIndex, VectorIndexError
+from store.vector.embedder import EmbedderError
+from store.vector.index import IncompatibleCollection, VectorIndex, VectorIndexError
 
 BACKLOG_NOTED = 1000  # outbox entries beyond which searches say the index is behind
 BACKLOG_SCAN = 20_000  # the oldest entries counted per namespace (a full count costs seconds)

@@ -6,7 +6,7 @@ lets a caller find what drifted.
 
 A rebuild fills a second collection of the namespace (slot ``NEXT``) while searches keep using
 the one in place (``LIVE``), then ``promote()`` puts the new one in its place by renaming; the
-indexer (``store.indexer``) drives it and records its progress in SQL.
+indexer (``store.vector.indexer``) drives it and records its progress in SQL.
 
 One vector per memory is a measured choice: extra vectors per sentence and of "previous turn +
 turn" were worth 0.5 points of LoCoMo recall@10 but cost 3.6 vectors per memory, i.e. 3.6x the
@@ -33,15 +33,8 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError, NotFoundError
 from loguru import logger
 
-from store.chroma_client import (
-    EmbedderMismatchError,
-    IncompatibleCollection,
-    VectorIndexError,
-    describe_target,
-    open_client,
-)
 from store.requests import SearchFilters
-from store.vector_calls import (
+from store.vector.calls import (
     VectorHit,
     count_vectors,
     delete_ids,
@@ -51,11 +44,18 @@ from store.vector_calls import (
     nearest,
     vectors_page,
 )
-from store.vector_filters import filter_fields, where_of
+from store.vector.chroma import (
+    EmbedderMismatchError,
+    IncompatibleCollection,
+    VectorIndexError,
+    describe_target,
+    open_client,
+)
+from store.vector.filters import filter_fields, where_of
 from store.views import MemoryView
 
 if TYPE_CHECKING:
-    from store.embedder import Embedder
+    from store.vector.embedder import Embedder
 
 # The errors live with the client; callers import them from here.
 __all__ = [
@@ -106,7 +106,7 @@ class IndexItem:
     memory_id: int
     version: int
     text: str
-    # What a search filter reads (``store.vector_filters``): every item the indexer writes has it.
+    # What a search filter reads (``store.vector.filters``): every item the indexer writes has it.
     fields: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod

@@ -1,10 +1,10 @@
 """Applies the outbox to the vector index: idempotent, resumable, and checkable against SQL.
 
 A rebuild goes through SQL as well. ``request_rebuild`` writes one row per namespace
-(``store.rebuilds``) in one transaction before Chroma is touched; ``sync``, whoever calls it
-next (`secretary index rebuild` itself, `secretary index sync`, the API's index worker after a
-restart), fills a new collection of each such namespace a batch at a time and moves the row's
-cursor after each batch, while searches keep using the collection in place. Once the new
+(``store.coordination.rebuilds``) in one transaction before Chroma is touched; ``sync``, whoever
+calls it next (`secretary index rebuild` itself, `secretary index sync`, the API's index worker
+after a restart), fills a new collection of each such namespace a batch at a time and moves the
+row's cursor after each batch, while searches keep using the collection in place. Once the new
 collection is complete it replaces the old one and the row goes. Outbox entries of a namespace
 being rebuilt reach both collections, so neither misses a change made meanwhile; a rebuild cut
 short anywhere is resumed where its row says, and until it is done the row tells every reader
@@ -22,13 +22,13 @@ from datetime import datetime, timedelta
 from loguru import logger
 
 from store.clock import utc_now
+from store.coordination.leases import Lease, LeaseHeld, holder_id
+from store.coordination.rebuilds import COPYING, RebuildMark
 from store.database import Database
 from store.errors import IndexBusy
-from store.index_status import IndexStatus
 from store.kinds import MemoryStatus
-from store.leases import Lease, LeaseHeld, holder_id
-from store.rebuilds import COPYING, RebuildMark
-from store.vector_index import LIVE, NEXT, IndexItem, VectorIndex
+from store.vector.health import IndexStatus
+from store.vector.index import LIVE, NEXT, IndexItem, VectorIndex
 
 Progress = Callable[[int], None]
 

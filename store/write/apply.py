@@ -7,13 +7,13 @@ to ``apply_operation``; a ``Ref`` that names a memory the same plan creates is r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import or_, select
 
 from store.errors import NotFound, ValidationFailed
-from store.forget import drop_images
 from store.kinds import MemoryStatus, RelationType
 from store.models import Memory, MemoryRelation
 from store.neighbours import TIMELINE_WEIGHT, together
@@ -30,7 +30,8 @@ from store.operations import (
 )
 from store.settings import RetrievalSettings
 from store.text import content_hash
-from store.unit import UnitOfWork
+from store.write.forget import drop_images
+from store.write.unit import UnitOfWork
 
 
 def apply_operation(unit: UnitOfWork, op: Operation, created: MutableMapping[str, int]) -> None:
@@ -78,6 +79,46 @@ def relate(
     )
 
 
+def new_memory(
+    namespace: str,
+    *,
+    content: str,
+    type: str,
+    tags: Iterable[str],
+    importance: int,
+    event_time: datetime,
+    session_id: str | None,
+    metadata: Mapping[str, Any],
+    source: str,
+    now: datetime,
+    pinned: bool = False,
+    external_id: str | None = None,
+) -> Memory:
+    """Return a new active memory row, never recalled, at version 1: the one place a memory is
+    made (an ingested item, or a plan's ``CreateMemory``)."""
+    return Memory(
+        namespace=namespace,
+        external_id=external_id,
+        content=content,
+        content_hash=content_hash(content),
+        type=type,
+        tags=list(tags),
+        importance=importance,
+        base_importance=float(importance),
+        access_count=0,
+        last_accessed=None,
+        event_time=event_time,
+        created_at=now,
+        updated_at=now,
+        session_id=session_id,
+        status=MemoryStatus.ACTIVE.value,
+        pinned=pinned,
+        source=source,
+        metadata_=dict(metadata),
+        version=1,
+    )
+
+
 def _id(unit: UnitOfWork, ref: Ref, created: MutableMapping[str, int]) -> int:
     if isinstance(ref, int):
         return unit.memory(ref).id
@@ -89,24 +130,17 @@ def _id(unit: UnitOfWork, ref: Ref, created: MutableMapping[str, int]) -> int:
 def _create(unit: UnitOfWork, op: CreateMemory, created: MutableMapping[str, int]) -> None:
     for memory_id in op.replaces_in_timeline:
         unit.splice_out(unit.memory(memory_id))
-    memory = Memory(
-        namespace=unit.namespace,
+    memory = new_memory(
+        unit.namespace,
         content=op.content,
-        content_hash=content_hash(op.content),
         type=op.type,
-        tags=list(op.tags),
+        tags=op.tags,
         importance=op.importance,
-        base_importance=float(op.importance),
-        access_count=0,
         event_time=op.event_time,
-        created_at=unit.now,
-        updated_at=unit.now,
         session_id=op.session_id,
-        status=MemoryStatus.ACTIVE.value,
-        pinned=False,
+        metadata=op.metadata,
         source=op.source,
-        metadata_=dict(op.metadata),
-        version=1,
+        now=unit.now,
     )
     unit.add(memory)
     unit.link_into_timeline(memory, skip=op.replaces_in_timeline)

@@ -2,7 +2,8 @@
 
 Each writes through the one writer (``Writer.unit``) as a record of its own: an edit and a delete
 with before/after images, shown in the memory's history, re-indexed through the outbox and
-undone by `secretary undo`; a forget as an erasure record that undo refuses (see store.forget).
+undone by `secretary undo`; a forget as an erasure record that undo refuses (see
+store.write.forget).
 An edit or delete given the version the caller read (``If-Match``, ``--version``) is refused with
 VersionConflict, writing nothing, if the memory changed since.
 """
@@ -14,17 +15,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from store.apply import change_memory
 from store.db import checkpoint, session_factory
 from store.errors import StoreError, ValidationFailed
-from store.forget import ForgetPlan, ForgetSelection, erase, erasure_stats, plan_forget
 from store.kinds import MemoryStatus
 from store.models import Memory
 from store.operations import UPDATABLE
-from store.record_info import RecordInfo
 from store.text import content_hash
-from store.unit import UnitOfWork
-from store.writer import Writer
+from store.write.apply import change_memory
+from store.write.forget import ForgetPlan, ForgetSelection, erase, erasure_stats, plan_forget
+from store.write.record_info import RecordInfo
+from store.write.unit import UnitOfWork
+from store.write.writer import Writer
 
 # What a person may change on a memory: what a plan may, and whether it is pinned.
 EDITABLE = UPDATABLE | {"pinned"}
@@ -142,7 +143,7 @@ def forget(
     by: str | None = None,
     dry_run: bool = False,
 ) -> ForgetResult:
-    """Erase the selected memories everywhere (see store.forget); irreversible.
+    """Erase the selected memories everywhere (see store.write.forget); irreversible.
 
     ``dry_run`` returns what would go and writes nothing. Raise ValidationFailed for an empty
     selection, NotFound for an id or external id the namespace does not hold.

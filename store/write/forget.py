@@ -34,7 +34,7 @@ from store.models import (
     MemoryRelation,
 )
 from store.requests import SearchFilters
-from store.unit import UnitOfWork, tombstone
+from store.write.unit import UnitOfWork, tombstone
 
 # A run of this many characters of forgotten text, found in any other stored string, marks
 # that string as quoting it (a label cut at 60 characters, a verdict's reason, a stored plan).

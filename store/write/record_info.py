@@ -1,6 +1,6 @@
 """What a maintenance record says besides its operations, as values the writer is given.
 
-No database code here: the jobs and front ends build these, ``store.unit`` writes them.
+No database code here: the jobs and front ends build these, ``store.write.unit`` writes them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from loguru import logger
 from sqlalchemy.exc import SQLAlchemyError
 
 from store.settings import ReinforcementSettings
-from store.writer import Writer
+from store.write.writer import Writer
 
 MAX_PENDING = 100_000  # distinct ids held in memory between flushes
 

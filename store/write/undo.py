@@ -9,7 +9,8 @@ the original back in force, so the original may be undone again later.
 
 Recall statistics (access_count, last_accessed, base_importance) are neither compared nor
 restored on rows that still exist: a recall after a record is not a change to what it did, and
-undo must not forget that the memory was recalled. Conflict checks live in store.undo_conflicts.
+undo must not forget that the memory was recalled. Conflict checks live in
+store.write.undo_conflicts.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from store.apply import set_importance
 from store.db import session_factory
 from store.errors import NotFound, StoreError
 from store.images import memory_values, relation_values
 from store.kinds import RecordStatus
 from store.models import MaintenanceOperation, MaintenanceRecord, Memory, MemoryRelation
-from store.undo_conflicts import (
+from store.write.apply import set_importance
+from store.write.undo_conflicts import (
     LINK_FIELDS,
     RECALL_FIELDS,
     Action,
@@ -38,8 +39,8 @@ from store.undo_conflicts import (
     read_snapshot,
     strip_recall,
 )
-from store.unit import UnitOfWork
-from store.writer import Writer
+from store.write.unit import UnitOfWork
+from store.write.writer import Writer
 
 # -- errors ------------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 Every change to memories, relations, job state and records goes through a ``UnitOfWork``:
 ingestion, restore, plan apply, approval and undo alike. It holds
 
-- the transaction (opened and committed by ``Writer.unit``, see ``store.writer``),
+- the transaction (opened and committed by ``Writer.unit``, see ``store.write.writer``),
 - the record of the run, its outcome and what it says besides its operations,
 - change tracking: rows created, touched (before modifying them) or deleted, turned by
   ``finish()`` into the record's ordered operations with before/after images, version bumps
@@ -40,7 +40,7 @@ from store.models import (
     MemoryRelation,
     NamespaceState,
 )
-from store.record_info import RecordInfo, Settlement
+from store.write.record_info import RecordInfo, Settlement
 
 Row = Memory | MemoryRelation
 

@@ -1,11 +1,11 @@
 """The one writer: every change to the store, with its record, through a unit of work.
 
 ``Writer.unit`` opens a transaction, writes the record, locks the namespace and yields the
-``UnitOfWork`` (``store.unit``); on leaving the block the unit finishes (operations, outbox,
+``UnitOfWork`` (``store.write.unit``); on leaving the block the unit finishes (operations, outbox,
 revision) and everything commits together, or nothing does. The entry points below are the
 store's writes: ingestion and restore, plan apply (job runs, approvals, records of runs that
 changed nothing), and the bookkeeping that is not content (recall statistics, the outbox).
-Undo writes through ``unit`` too (``store.undo``).
+Undo writes through ``unit`` too (``store.write.undo``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, update
 
-from store.apply import apply_operation
 from store.conflicts import (
     UPDATE_HINT,
     OnConflict,
@@ -30,21 +29,20 @@ from store.conflicts import (
 )
 from store.db import chunks, session_factory, transaction
 from store.errors import IdConflict, ValidationFailed
-from store.export_lines import (
+from store.exports.lines import (
     NAMESPACE_KINDS,
     WHOLE_STORE_LINE,
     in_order,
     other_namespace,
     parse_export,
 )
-from store.kinds import MemoryStatus
+from store.exports.restoring import advance_ids, check_export, insert_memories, new_relations
 from store.models import ConversationLog, IndexOutbox, MaintenanceRecord, Memory
 from store.operations import UPDATABLE, Operation, UpdateMemory
-from store.record_info import RecordInfo, Settlement
-from store.restoring import advance_ids, check_export, insert_memories, new_relations
 from store.schemas import LogIn, MemoryIn
-from store.text import content_hash
-from store.unit import UnitOfWork
+from store.write.apply import apply_operation, new_memory
+from store.write.record_info import RecordInfo, Settlement
+from store.write.unit import UnitOfWork
 
 # A record that says nothing besides its operations (ingestion, restore, undo).
 PLAIN = RecordInfo()
@@ -88,7 +86,7 @@ class Writer:
         *,
         restoring: bool = False,
     ) -> Iterator[UnitOfWork]:
-        """Open a write transaction with its record; commit both or neither (see store.unit).
+        """Open a write transaction with its record; commit both or neither (see store.write.unit).
 
         ``restoring`` (undo) writes images back as they were: no version bump.
         """
@@ -356,27 +354,19 @@ class Writer:
 
 
 def _new_memory(namespace: str, item: MemoryIn, *, now: datetime, source: str) -> Memory:
-    importance = item.importance if item.importance is not None else 5
-    return Memory(
-        namespace=namespace,
+    return new_memory(
+        namespace,
         external_id=item.external_id,
         content=item.content,
-        content_hash=content_hash(item.content),
         type=item.type,
-        tags=list(item.tags),
-        importance=importance,
-        base_importance=float(importance),
-        access_count=0,
-        last_accessed=None,
+        tags=item.tags,
+        importance=item.importance if item.importance is not None else 5,
         event_time=item.timestamp or now,
-        created_at=now,
-        updated_at=now,
         session_id=item.session_id,
-        status=MemoryStatus.ACTIVE.value,
-        pinned=item.pinned,
+        metadata=item.metadata,
         source=source,
-        metadata_=dict(item.metadata),
-        version=1,
+        now=now,
+        pinned=item.pinned,
     )
 
 

@@ -1,5 +1,5 @@
 """bench/lexical_context.py: each fold chooses the weight on its half (the rule itself is
-tested in tests/store/test_lexical_chain.py)."""
+tested in tests/store/lexical/test_lexical_chain.py)."""
 
 from __future__ import annotations
 

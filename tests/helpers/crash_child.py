@@ -21,16 +21,16 @@ from typing import Any, Literal, NoReturn
 from chromadb.api.models.Collection import Collection
 from loguru import logger
 
-import store.vector_index
+import store.vector.index
 from secretary import runner
 from secretary.approval import approve_plan
 from secretary.config import Settings
+from store.coordination.rebuilds import RebuildTable
 from store.ingest import ingest_file
-from store.rebuilds import RebuildTable
 from store.service import Store
-from store.undo import undo
-from store.unit import UnitOfWork
-from store.writer import Writer
+from store.write.undo import undo
+from store.write.unit import UnitOfWork
+from store.write.writer import Writer
 from tests.helpers.fake_embedder import FakeEmbedder
 
 # What the forkserver imports before forking any child: this module, then the lazy imports of
@@ -121,7 +121,7 @@ def _install(point: KillPoint, hit: int) -> None:
         Writer.unit = unit_then_die  # type: ignore[method-assign,assignment]
     elif point == "mid-upsert":
         # Chroma got the first half of a batch of vectors.
-        write = store.vector_index._write_vectors
+        write = store.vector.index._write_vectors
 
         @wraps(write)
         def write_half_then_die(collection: Any, *, items: Any, embeddings: Any) -> Any:
@@ -131,7 +131,7 @@ def _install(point: KillPoint, hit: int) -> None:
             write(collection, items=items[:half], embeddings=embeddings[:half])
             die()
 
-        store.vector_index._write_vectors = write_half_then_die
+        store.vector.index._write_vectors = write_half_then_die
     elif point == "rebuild-copied":
         # A batch of a rebuild is in the new collection, and the rebuild's row says so.
         advance = RebuildTable.advance

@@ -1,4 +1,4 @@
-"""A deterministic stand-in for store.embedder.Embedder: bag of hashed words."""
+"""A deterministic stand-in for store.vector.embedder.Embedder: bag of hashed words."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from secretary.cli_records import _STATUSES
 from secretary.config import Settings
 from store.kinds import MemoryStatus, Outcome, RecordStatus
 from store.operations import SetStatus, UpdateMemory
-from store.record_info import RecordInfo
 from store.service import Store
+from store.write.record_info import RecordInfo
 from tests.helpers.cli import Run, cli_in
 
 NOW = datetime(2026, 2, 1, tzinfo=UTC)

@@ -11,11 +11,11 @@ import pytest
 from secretary.config import Settings
 from secretary.jobs.registry import JOB_NAMES
 from store.clock import utc_now
+from store.coordination.leases import Lease
 from store.kinds import Outcome
-from store.leases import Lease
-from store.record_info import RecordInfo
 from store.schemas import LogIn, MemoryIn
 from store.service import Store
+from store.write.record_info import RecordInfo
 from tests.helpers.cli import Run, cli_in
 
 

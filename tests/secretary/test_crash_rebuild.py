@@ -15,7 +15,7 @@ from secretary.config import Settings
 from store.api.app import create_app
 from store.requests import search_request
 from store.service import Store
-from store.vector_index import NEXT, OLD, collection_name
+from store.vector.index import NEXT, OLD, collection_name
 from tests.helpers.crash_child import KillPoint, Task
 from tests.secretary.test_crash_safety import NOW, NS, Lab, opened
 from tests.secretary.test_crash_safety import lab as lab  # the module's fixture, shared here

@@ -37,15 +37,15 @@ from secretary.jobs.registry import JOB_NAMES
 from secretary.jobs.settings import JobsSettings
 from secretary.scheduler import ScheduleBook
 from store.clock import utc_now
+from store.coordination.leases import current_lease
+from store.coordination.schedules import ScheduleTable
 from store.db import make_engine, session_factory
 from store.images import memory_image
-from store.leases import current_lease
 from store.models import JobState, MaintenanceOperation, MaintenanceRecord, Memory
 from store.operations import CreateRelation
-from store.schedules import ScheduleTable
 from store.service import Store
 from store.settings import IngestSettings
-from store.undo_conflicts import strip_recall
+from store.write.undo_conflicts import strip_recall
 from tests.helpers.crash_child import PRELOAD, KillPoint, Task, main
 from tests.helpers.fake_embedder import FakeEmbedder
 from tests.helpers.openai_server import (

@@ -32,11 +32,11 @@ from secretary.notify import Notifier, watchdog_interval
 from secretary.outcomes import RunOutcome, make_outcome
 from secretary.scheduler import ScheduleBook
 from store.clock import utc_now
+from store.coordination.dream_requests import DreamRequestView
+from store.coordination.leases import Lease, current_lease
+from store.coordination.schedules import ScheduleTable
 from store.db import make_engine, upgrade
-from store.dream_requests import DreamRequestView
 from store.errors import SecretaryError
-from store.leases import Lease, current_lease
-from store.schedules import ScheduleTable
 from store.service import Store
 
 REPO = Path(__file__).resolve().parents[2]

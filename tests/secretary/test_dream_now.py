@@ -21,7 +21,7 @@ import pytest
 
 from secretary.config import load_settings
 from store.clock import utc_now
-from store.leases import Lease, current_lease
+from store.coordination.leases import Lease, current_lease
 from store.service import Store
 from tests.helpers.fake_embedder import FakeEmbedder
 from tests.helpers.openai_server import CHAT_COMPLETIONS, ScriptedOpenAIServer, ScriptedReply

@@ -31,8 +31,8 @@ from secretary.scheduler import (
     plan_schedule,
 )
 from store.clock import utc_now
+from store.coordination.schedules import Override, ScheduleTable
 from store.db import make_engine, upgrade
-from store.schedules import Override, ScheduleTable
 
 UTC_ZONE = ZoneInfo("UTC")
 Invoke = Callable[..., Result]

@@ -15,7 +15,7 @@ from store.kinds import MemoryStatus
 from store.models import ConversationLog, MaintenanceRecord, Memory
 from store.operations import SetStatus, UpdateMemory
 from store.schemas import LogIn, MemoryIn
-from store.undo import undo
+from store.write.undo import undo
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -19,11 +19,11 @@ from store.errors import ValidationFailed
 from store.kinds import MemoryStatus, Outcome
 from store.models import IndexOutbox, MaintenanceRecord
 from store.operations import CreateRelation, SetStatus, UpdateMemory
-from store.record_info import RecordInfo
 from store.schemas import Limits, LogIn, MemoryIn, parse_items
-from store.undo import undo
-from store.unit import UnitOfWork
 from store.views import RecordView
+from store.write.record_info import RecordInfo
+from store.write.undo import undo
+from store.write.unit import UnitOfWork
 from tests.helpers.timeline import timeline
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)

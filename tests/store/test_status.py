@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from store.coordination.leases import Lease
 from store.database import Database
 from store.kinds import MemoryStatus, Outcome
-from store.leases import Lease
 from store.operations import SetStatus
-from store.record_info import RecordInfo
 from store.schemas import LogIn, MemoryIn
 from store.status import JobReads, StatusConfig, read_status, status_json
+from store.write.record_info import RecordInfo
 
 NOW = datetime(2026, 2, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -47,8 +47,8 @@ class ConsoleOps:
     schedule: Callable[[datetime, int], Sequence[JobSchedule]]
     # Given an expression, now and a count, the normalised expression and its next firings.
     preview: Callable[[str, datetime, int], CronPreview]
-    # Given a job, an expression and now: validate it and store it (store.schedules).
+    # Given a job, an expression and now: validate it and store it (store.coordination.schedules).
     set_cron: Callable[[str, str, datetime], str]
-    # Given a job, paused or not, and now: store it (store.schedules).
+    # Given a job, paused or not, and now: store it (store.coordination.schedules).
     set_paused: Callable[[str, bool, datetime], None]
     timezone: str = "UTC"

@@ -26,13 +26,13 @@ from store.api.console.web import (
     see_other_saying,
     viewer,
 )
-from store.edits import NotActive, VersionConflict
 from store.errors import NotFound, ValidationFailed
-from store.forget import ForgetSelection
 from store.listing import list_memories, list_request
 from store.requests import search_request
-from store.vector_index import VectorIndexError
+from store.vector.index import VectorIndexError
 from store.views import MemoryView
+from store.write.edits import NotActive, VersionConflict
+from store.write.forget import ForgetSelection
 
 router = APIRouter()
 SEARCH_K = 20

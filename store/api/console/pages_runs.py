@@ -1,6 +1,6 @@
 """Overnight, one run with its diff and its undo (dry run first, force a second step), plans.
 
-Undo calls ``store.undo`` as POST /v1/records/{id}/undo does; approve and reject call the
+Undo calls ``store.write.undo`` as POST /v1/records/{id}/undo does; approve and reject call the
 secretary's approval (``ConsoleOps``) as `secretary plans approve|reject` does.
 """
 
@@ -25,11 +25,18 @@ from store.api.console.web import (
     viewer,
 )
 from store.clock import parse_timestamp
-from store.diff import record_diff
 from store.errors import NotFound, SecretaryError
-from store.records_view import dropped_items, duration_seconds, run_reason
-from store.undo import AlreadyUndone, ForgetIsFinal, NothingToUndo, UndoConflict, plan_undo, undo
+from store.shapes.diff import record_diff
+from store.shapes.records import dropped_items, duration_seconds, run_reason
 from store.views import OperationView, RecordView
+from store.write.undo import (
+    AlreadyUndone,
+    ForgetIsFinal,
+    NothingToUndo,
+    UndoConflict,
+    plan_undo,
+    undo,
+)
 
 router = APIRouter()
 

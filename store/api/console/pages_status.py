@@ -3,10 +3,11 @@ saved), each namespace's jobs with their backlog, today's tokens against the bud
 "Dream now" button per namespace with the recent dream requests.
 
 The status is ``store.status.read_status`` (GET /v1/status); schedule changes go through the
-secretary's validation (``ConsoleOps``) into ``store.schedules`` as `secretary schedule` does.
-The schedule is the whole store's: only a viewer who may use every namespace changes it.
-"Dream now" queues a request as `POST /v1/dream` does (``store.dream_requests``), which the
-running daemon, or `secretary serve`'s own worker while none runs, picks up within seconds.
+secretary's validation (``ConsoleOps``) into ``store.coordination.schedules`` as `secretary
+schedule` does. The schedule is the whole store's: only a viewer who may use every namespace
+changes it. "Dream now" queues a request as `POST /v1/dream` does
+(``store.coordination.dream_requests``), which the running daemon, or `secretary serve`'s own
+worker while none runs, picks up within seconds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from store.api.console.web import (
     see_other_saying,
     viewer,
 )
-from store.dream_requests import DreamRequestView
+from store.coordination.dream_requests import DreamRequestView
 from store.errors import SecretaryError
 from store.status import read_status, status_json
 

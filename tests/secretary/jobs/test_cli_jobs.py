@@ -19,9 +19,9 @@ from click.testing import CliRunner, Result
 from secretary.cli_common import Context, _Group
 from secretary.cli_jobs import dream, plans
 from secretary.config import load_settings
-from store.dream_requests import DreamRequestView
-from store.dream_worker import run_pending
-from store.leases import Lease
+from store.coordination.dream_requests import DreamRequestView
+from store.coordination.dream_worker import run_pending
+from store.coordination.leases import Lease
 from store.service import Store
 from tests.secretary.jobs.conftest import NOW
 

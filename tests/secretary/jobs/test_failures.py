@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 
 from secretary.cycle import run_cycle
-from store.leases import Lease
+from store.coordination.leases import Lease
 from tests.helpers.openai_server import CHAT_COMPLETIONS, ScriptedReply, chat_reply, error_reply
 from tests.secretary.jobs.conftest import HOUR, NOW, World
 from tests.secretary.jobs.test_auditor import paris_and_lyon, verdict

@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from store.kinds import MemoryStatus
-from store.undo import undo
 from store.views import MemoryView
+from store.write.undo import undo
 from tests.secretary.jobs.conftest import DAY, HOUR, NOW, World
 from tests.secretary.jobs.test_auditor import paris_and_lyon, verdict
 from tests.secretary.jobs.test_soul_mapper import runs, trait

@@ -8,10 +8,10 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from store.service import Store
-from tests.store.test_api import A, ingest, log_count, memory_count, problems
-from tests.store.test_api import app as app  # the fixtures: store, app, client
-from tests.store.test_api import client as client
-from tests.store.test_api import store as store
+from tests.store.api.test_api import A, ingest, log_count, memory_count, problems
+from tests.store.api.test_api import app as app  # the fixtures: store, app, client
+from tests.store.api.test_api import client as client
+from tests.store.api.test_api import store as store
 
 LOG = {"session_id": "s1", "role": "user", "timestamp": "2026-03-01T12:00:00Z"}
 

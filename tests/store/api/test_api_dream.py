@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from secretary.config import Settings
 from store.api.app import create_app
 from store.clock import utc_now
-from store.dream_requests import DreamRequestView
-from store.dream_worker import Dreamer
-from store.leases import Lease
+from store.coordination.dream_requests import DreamRequestView
+from store.coordination.dream_worker import Dreamer
+from store.coordination.leases import Lease
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
 from tests.helpers.fake_embedder import FakeEmbedder

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.store.test_api import KEY_AB, A, B, auth
-from tests.store.test_api import app as app  # the fixtures: store, app, client
-from tests.store.test_api import client as client
-from tests.store.test_api import store as store
+from tests.store.api.test_api import KEY_AB, A, B, auth
+from tests.store.api.test_api import app as app  # the fixtures: store, app, client
+from tests.store.api.test_api import client as client
+from tests.store.api.test_api import store as store
 
 AB = auth(KEY_AB)
 

@@ -14,10 +14,10 @@ from store.api.app import create_app
 from store.kinds import MemoryStatus
 from store.operations import CreateRelation, SetStatus
 from store.service import Store
-from tests.store.test_api import KEY_AB, T0, A, B, auth, ingest, open_store, problems
-from tests.store.test_api import app as app  # the fixtures: store, app, client
-from tests.store.test_api import client as client
-from tests.store.test_api import store as store
+from tests.store.api.test_api import KEY_AB, T0, A, B, auth, ingest, open_store, problems
+from tests.store.api.test_api import app as app  # the fixtures: store, app, client
+from tests.store.api.test_api import client as client
+from tests.store.api.test_api import store as store
 
 AB = auth(KEY_AB)
 

@@ -300,7 +300,7 @@ def test_readme_lists_every_endpoint(tmp_path: Path) -> None:
         paths = create_app(store, start_workers=False).openapi()["paths"]
     finally:
         store.close()
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     # Each endpoint as `METHOD /path` (a row may name several: "`GET /healthz`, `GET /readyz`").
     listed = {
         (method, _shape(path))

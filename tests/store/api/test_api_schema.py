@@ -73,15 +73,21 @@ def api_schema(seeded: Seeded) -> Any:
     return schemathesis.openapi.from_asgi("/openapi.json", seeded.app)
 
 
-def _operations() -> list[Any]:
-    """Every operation of the OpenAPI document with its generation modes (negative ones only
-    where it has something to get wrong), from an app over a store never opened."""
+def _document() -> dict[str, Any]:
+    """The OpenAPI document of an app over a store never opened."""
     with tempfile.TemporaryDirectory() as place:
         store = Store(Settings(data_dir=Path(place), api=ApiSettings(keys=KEYS)))
         try:
-            paths = create_app(store, start_workers=False).openapi()["paths"]
+            document: dict[str, Any] = create_app(store, start_workers=False).openapi()
         finally:
             store.close()
+    return document
+
+
+def _operations() -> list[Any]:
+    """Every operation of the OpenAPI document with its generation modes (negative ones only
+    where it has something to get wrong)."""
+    paths = _document()["paths"]
     found = []
     for path, operations in paths.items():
         for method, operation in operations.items():
@@ -167,3 +173,15 @@ def test_api_matches_its_openapi_document(
                 assert seeded.snapshot() == before, (response.status_code, response.text)
 
     check()
+
+
+def test_one_record_schema_for_every_route_that_answers_records() -> None:
+    document = _document()
+    names = [name for name in document["components"]["schemas"] if "RecordOut" in name]
+    assert names == ["RecordOut"]  # not one per module (store__api__RecordOut, ...)
+    listed = ("/v1/records", "RecordsOut"), ("/v1/memories/{memory_id}/history", "HistoryOut")
+    for path, model in listed:
+        answer = document["paths"][path]["get"]["responses"]["200"]["content"]
+        assert answer["application/json"]["schema"] == {"$ref": f"#/components/schemas/{model}"}
+        items = document["components"]["schemas"][model]["properties"]["records"]["items"]
+        assert items == {"$ref": "#/components/schemas/RecordOut"}

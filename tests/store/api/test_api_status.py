@@ -15,16 +15,16 @@ from secretary.config import Settings
 from store.api import job_metrics
 from store.api.app import create_app
 from store.api.job_metrics import RecordFold
+from store.coordination.leases import Lease
 from store.database import Database
 from store.kinds import MemoryStatus, Outcome
-from store.leases import Lease
 from store.operations import CreateMemory, CreateRelation, SetStatus
-from store.record_info import RecordInfo
 from store.schemas import LogIn, MemoryIn
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
 from store.status import JobReads, StatusConfig
-from store.undo import undo
+from store.write.record_info import RecordInfo
+from store.write.undo import undo
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

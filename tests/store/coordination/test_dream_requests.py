@@ -13,10 +13,10 @@ from freezegun import freeze_time
 from sqlalchemy import Engine
 
 from store.clock import utc_now
+from store.coordination.dream_requests import DreamRequests, DreamRequestView
+from store.coordination.dream_worker import Dreamer, DreamWorker, run_pending
+from store.coordination.leases import Lease
 from store.database import Database
-from store.dream_requests import DreamRequests, DreamRequestView
-from store.dream_worker import Dreamer, DreamWorker, run_pending
-from store.leases import Lease
 
 T0 = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)

@@ -10,7 +10,7 @@ from freezegun import freeze_time
 from sqlalchemy import Engine
 
 from store.clock import utc_now
-from store.leases import Lease, LeaseHeld, current_lease, holder_id
+from store.coordination.leases import Lease, LeaseHeld, current_lease, holder_id
 
 T0 = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from store.backup import ImportReport, export_store, import_export
 from store.database import Database
 from store.db import make_engine, session_factory, upgrade
 from store.errors import IdConflict, ValidationFailed
-from store.export_lines import parse_export
+from store.exports.backup import ImportReport, export_store, import_export
+from store.exports.lines import parse_export
 from store.kinds import MemoryStatus
 from store.models import IndexOutbox, Memory
 from store.operations import CreateRelation, SetStatus, UpdateMemory
 from store.schemas import LogIn, MemoryIn
-from store.undo import undo
+from store.write.undo import undo
 
 NOW = datetime(2026, 1, 10, 12, 0, 0, 123456, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.export_lines import parse_export
-from store.remap import move
+from store.exports.lines import parse_export
+from store.exports.remap import move
 from store.text import content_hash
 
 T = "2026-01-10T12:00:00+00:00"

@@ -1,4 +1,4 @@
-"""store.bm25 builds bit for bit the matrix bm25s builds, and scores queries as bm25s does."""
+"""store.lexical.bm25 builds bit for bit the matrix bm25s builds, and scores as bm25s does."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from bm25s import BM25
 from bm25s.tokenization import Tokenized
 
-from store import bm25
+from store.lexical import bm25
 
 
 def _zipf_corpus(seed: int, docs: int, vocab: int) -> tuple[list[list[int]], np.ndarray]:

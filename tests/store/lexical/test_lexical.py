@@ -8,12 +8,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from store import lexical
-from store.lexical import LexDoc, LexicalIndex, tokenize
-from store.lexical_columns import merge
-from store.lexical_facets import FACET_VALUE_CHARS
-from store.lexical_view import LexicalView
-from store.requests import SearchFilters
+from store.lexical import index as lexical
+from store.lexical.columns import merge
+from store.lexical.index import LexDoc, LexicalIndex, tokenize
+from store.lexical.view import LexicalView
+from store.requests import FACET_VALUE_CHARS, SearchFilters
 
 
 def _doc(memory_id: int, text: str, session: str | None = None) -> LexDoc:

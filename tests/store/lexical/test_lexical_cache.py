@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store import lexical_files as files
-from store.lexical import LexDoc, LexicalIndex
-from store.lexical_cache import LexicalCache, Versions
-from store.lexical_view import LexicalView
+from store.lexical import files
+from store.lexical.cache import LexicalCache, Versions
+from store.lexical.index import LexDoc, LexicalIndex
+from store.lexical.view import LexicalView
 
 QUERIES = ("dog park", "paris rainy trip", "squirrel", "tax forms", "violin", "bicycle tyre")
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store.lexical import LexDoc, LexicalIndex, Scope, tokenise_docs, tokenize
-from store.lexical_cache import LexicalCache
-from store.lexical_chain import Chain, chained_top_k, context_scores, predecessors
-from store.lexical_view import LexicalView, _live_counts
+from store.lexical.cache import LexicalCache
+from store.lexical.chain import Chain, chained_top_k, context_scores, predecessors
+from store.lexical.index import LexDoc, LexicalIndex, Scope, tokenise_docs, tokenize
+from store.lexical.view import LexicalView, _live_counts
 from store.requests import SearchFilters
-from tests.store.test_lexical_cache import Namespace
+from tests.store.lexical.test_lexical_cache import Namespace
 
 T = datetime(2023, 5, 8, 10, 0, tzinfo=UTC)
 QUESTION = "pottery class in Paris"

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 from secretary.config import Settings
-from store import edits
-from store.forget import ForgetSelection
-from store.lexical import LexicalIndex
-from store.lexical_source import SqlLexicalSource
+from store.lexical.index import LexicalIndex
+from store.lexical.source import SqlLexicalSource
 from store.operations import UpdateMemory
 from store.requests import SearchFilters, search_request
 from store.service import Store
 from store.settings import LexicalSettings
-from store.undo import undo
+from store.write import edits
+from store.write.forget import ForgetSelection
+from store.write.undo import undo
 from tests.helpers.fake_embedder import FakeEmbedder
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from store.query_shape import (
+from store.search.query_shape import (
     CHAT_MIN_WORDS,
     CONTEXT_WORDS,
     focus_of,
@@ -14,7 +14,7 @@ from store.query_shape import (
     shape_query,
     turns_of,
 )
-from store.retrieval import mix_scores
+from store.search.scoring import mix_scores
 
 CHAT = """Caroline: hey! how was the weekend, anything fun?
 Melanie: pretty quiet, we baked bread and watched a movie with the kids

@@ -1,4 +1,4 @@
-"""Tests of the pure scoring functions of search (store.retrieval)."""
+"""Tests of the pure scoring functions of search (store.search.scoring)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store.neighbours import together
-from store.retrieval import (
+from store.search.scoring import (
     Parts,
     Period,
     Spread,

@@ -16,15 +16,14 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from secretary.config import Settings
-from store import lexical_source
-from store import search as search_module
-from store.embedder import OnnxMiniLMEmbedder
 from store.kinds import MemoryStatus
+from store.lexical import source as lexical_source
 from store.operations import SetStatus
 from store.reads.search import SearchReads, SearchRow
 from store.requests import SearchFilters, SearchRequest, metadata_equals
-from store.retrieval import Period
-from store.search import (
+from store.search import searcher as search_module
+from store.search.scoring import Period
+from store.search.searcher import (
     VECTOR_RETRY_SECONDS,
     Evidence,
     Searcher,
@@ -33,7 +32,8 @@ from store.search import (
 )
 from store.service import Store
 from store.settings import IndexSettings, RetrievalSettings
-from store.vector_index import VectorHit, VectorIndex, VectorIndexError
+from store.vector.embedder import OnnxMiniLMEmbedder
+from store.vector.index import VectorHit, VectorIndex, VectorIndexError
 from store.views import Edge
 
 NOW = datetime(2023, 7, 1, 12, 0, tzinfo=UTC)

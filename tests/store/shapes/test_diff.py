@@ -9,7 +9,6 @@ import pytest
 
 from store.changes import change_kind, count_kinds, describe, image_kind
 from store.database import Database
-from store.diff import NOT_KEPT, SHOWN_CHARS, RecordDiff, diff_json, needed_ids, record_diff
 from store.kinds import MemoryStatus, Outcome
 from store.operations import (
     CreateMemory,
@@ -20,10 +19,11 @@ from store.operations import (
     SetStatus,
     UpdateMemory,
 )
-from store.record_info import RecordInfo, Settlement
-from store.records_view import record_show_json
 from store.schemas import MemoryIn
-from store.undo import undo
+from store.shapes.diff import NOT_KEPT, SHOWN_CHARS, RecordDiff, diff_json, needed_ids, record_diff
+from store.shapes.records import record_show_json
+from store.write.record_info import RecordInfo, Settlement
+from store.write.undo import undo
 
 NOW = datetime(2026, 2, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)

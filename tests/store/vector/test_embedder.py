@@ -1,4 +1,4 @@
-"""Tests for store.embedder: offline MiniLM parity and the litellm-backed embedder."""
+"""Tests for store.vector.embedder: offline MiniLM parity and the litellm-backed embedder."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from store import embedder as embedder_module
-from store import onnx_lowmem
-from store.embedder import (
+from store.vector import embedder as embedder_module
+from store.vector import onnx_lowmem
+from store.vector.embedder import (
     Embedder,
     EmbedderError,
     LiteLLMEmbedder,
@@ -29,7 +29,7 @@ from tests.helpers.openai_server import (
 )
 
 REFERENCE_PATH = (
-    Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "minilm-reference.json"
+    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "minilm-reference.json"
 )
 REMOTE_MODEL = "openai/text-embedding-3-small"
 

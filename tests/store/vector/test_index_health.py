@@ -16,11 +16,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from secretary.config import Settings
-from store import index_status
 from store.api.app import create_app
 from store.api.deps import api_state
 from store.service import Store
-from store.vector_index import VectorIndex, VectorIndexError
+from store.vector import health as index_status
+from store.vector.index import VectorIndex, VectorIndexError
 from tests.conftest_chroma import ChromaServer
 from tests.helpers.fake_embedder import FakeEmbedder
 

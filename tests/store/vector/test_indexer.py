@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from secretary.config import Settings
-from store import indexer as indexer_module
-from store.leases import Lease
+from store.coordination.leases import Lease
 from store.service import Store
+from store.vector import indexer as indexer_module
 from tests.helpers.fake_embedder import FakeEmbedder
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)

@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import Engine
 
 from secretary.config import Settings
-from store import indexer as indexer_module
+from store.coordination.leases import Lease
 from store.errors import IndexBusy
-from store.leases import Lease
 from store.requests import search_request
 from store.service import Store
 from store.settings import DatabaseSettings
-from store.vector_index import NEXT, OLD, VectorIndex, VectorIndexError, collection_name
+from store.vector import indexer as indexer_module
+from store.vector.index import NEXT, OLD, VectorIndex, VectorIndexError, collection_name
 from tests.helpers.fake_embedder import FakeEmbedder
 
 NS = "maya"

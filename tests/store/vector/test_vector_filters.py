@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from store.lexical_source import lexical_docs
+from store.lexical.source import lexical_docs
 from store.reads.search import LexicalRow
 from store.requests import SearchFilters
-from store.vector_index import IndexItem, VectorIndex
+from store.vector.index import IndexItem, VectorIndex
 from store.views import MemoryView
 from tests.helpers.fake_embedder import FakeEmbedder
 

@@ -1,4 +1,4 @@
-"""Tests of store.vector_index against embedded Chroma (tmp_path) and a real Chroma server."""
+"""Tests of store.vector.index against embedded Chroma (tmp_path) and a real Chroma server."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store import vector_index
-from store.vector_index import (
+from store.vector import index as vector_index
+from store.vector.index import (
     LIVE,
     NEXT,
     OLD,

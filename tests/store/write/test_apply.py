@@ -17,8 +17,8 @@ from store.operations import (
     SetStatus,
     UpdateMemory,
 )
-from store.record_info import RecordInfo
 from store.schemas import MemoryIn
+from store.write.record_info import RecordInfo
 from tests.helpers.timeline import timeline
 
 NOW = datetime(2026, 2, 1, tzinfo=UTC)

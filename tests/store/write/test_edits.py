@@ -8,17 +8,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import delete, func, select
 
-from store import edits, forget
 from store.database import Database
 from store.db import session_factory
 from store.errors import NotFound, ValidationFailed
-from store.forget import ForgetSelection
 from store.kinds import MemoryStatus
 from store.models import ConversationLog, IndexOutbox, MaintenanceOperation, MaintenanceRecord
 from store.operations import CreateMemory, CreateRelation, SetStatus, UpdateMemory
 from store.requests import SearchFilters
 from store.schemas import LogIn, MemoryIn
-from store.undo import ForgetIsFinal, undo
+from store.write import edits, forget
+from store.write.forget import ForgetSelection
+from store.write.undo import ForgetIsFinal, undo
 from tests.helpers.timeline import timeline
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)

@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import Engine
 
 from secretary.config import Settings
-from store.forget import ForgetSelection
 from store.operations import CreateMemory
 from store.requests import search_request
 from store.service import Store
 from store.settings import DatabaseSettings
+from store.write.forget import ForgetSelection
 from tests.helpers.fake_embedder import FakeEmbedder
 
 NOW = datetime(2026, 5, 1, tzinfo=UTC)

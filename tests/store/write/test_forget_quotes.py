@@ -1,4 +1,5 @@
-"""The quick test that lets a forget skip the images that cannot quote it (store.forget.Quotes).
+"""The quick test that lets a forget skip the images that cannot quote it
+(store.write.forget.Quotes).
 
 A forget reads a namespace's record images as JSON text and decodes only those that may quote
 the forgotten text, so the test must never rule out one that does, whatever JSON escapes.
@@ -12,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import forget
-from store.forget import FORGOTTEN, SHINGLE, Quotes
+from store.write import forget
+from store.write.forget import FORGOTTEN, SHINGLE, Quotes
 
 # Characters JSON writes escaped: quotes, backslashes, control and non-ASCII characters.
 TRICKY = st.text(alphabet=st.sampled_from([*'ab "\\\n\té€😀/', chr(0x1F)]), min_size=1, max_size=60)

@@ -11,11 +11,11 @@ from loguru import logger
 from sqlalchemy.exc import OperationalError
 
 from store.database import Database
-from store.reinforcement import Reinforcer, merge_counts
 from store.schemas import MemoryIn
 from store.settings import ReinforcementSettings
 from store.views import MemoryView
-from store.writer import Writer
+from store.write.reinforcement import Reinforcer, merge_counts
+from store.write.writer import Writer
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 SETTINGS = ReinforcementSettings(flush_seconds=60.0, importance_step=0.1, max_boost=2.0)

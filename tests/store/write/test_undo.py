@@ -12,7 +12,6 @@ from sqlalchemy import func, select
 
 from secretary.config import Settings
 from store.api.app import create_app
-from store.api.records import router
 from store.database import Database
 from store.db import session_factory
 from store.errors import NotFound
@@ -27,11 +26,11 @@ from store.operations import (
     SetStatus,
     UpdateMemory,
 )
-from store.record_info import RecordInfo
 from store.schemas import MemoryIn
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
-from store.undo import (
+from store.write.record_info import RecordInfo
+from store.write.undo import (
     AlreadyUndone,
     NothingToUndo,
     UndoConflict,
@@ -379,7 +378,6 @@ def client(tmp_path: Path) -> Iterator[tuple[TestClient, Store]]:
     keys = (ApiKey(key=KEY_A, namespaces=("a",)),)
     opened = Store.open(Settings(data_dir=tmp_path, api=ApiSettings(keys=keys)), create=True)
     app = create_app(opened, start_workers=False)
-    app.include_router(router)
     with TestClient(app) as test_client:
         yield test_client, opened
     opened.close()

@@ -1,7 +1,7 @@
 """Property: after any runs and undos, undoing what is in force, newest first, restores the start.
 
 Retention's purge is not among the actions: it keeps no image of what it purges, so it is final
-by design (tests/store/test_undo.py shows the refusal). A person's edits and deletes are.
+by design (tests/store/write/test_undo.py shows the refusal). A person's edits and deletes are.
 
 SQLite only, for speed; every example works in a namespace of its own, so one database and one
 embedded Chroma serve them all.
@@ -21,10 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from store import edits
 from store.database import Database
 from store.db import make_engine, session_factory, upgrade
-from store.indexer import Indexer
 from store.kinds import MemoryStatus
 from store.models import MaintenanceRecord, Memory
 from store.operations import (
@@ -36,8 +34,10 @@ from store.operations import (
     UpdateMemory,
 )
 from store.schemas import MemoryIn
-from store.undo import AlreadyUndone, NothingToUndo, UndoConflict, undo
-from store.vector_index import VectorIndex
+from store.vector.index import VectorIndex
+from store.vector.indexer import Indexer
+from store.write import edits
+from store.write.undo import AlreadyUndone, NothingToUndo, UndoConflict, undo
 from tests.helpers.fake_embedder import FakeEmbedder
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
