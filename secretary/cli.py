@@ -7,6 +7,7 @@ that the API or the daemon would need too.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,49 @@ def db_upgrade(ctx: Context) -> None:
         click.echo(f"schema: {before or 'empty'} -> {current_revision(engine)}")
     finally:
         engine.dispose()
+
+
+@db.command("compact")
+@click.option("--yes", is_flag=True, help="Do not ask first (for scripts).")
+@pass_context
+def db_compact(ctx: Context, yes: bool) -> None:
+    """Rewrite the database's files so erased rows leave no bytes behind.
+
+    Run it after `secretary forget` on PostgreSQL, in a maintenance window: it runs VACUUM FULL,
+    which locks each table while it rewrites it (searches and writes wait), then CHECKPOINT so
+    the server can recycle the write-ahead log that still holds the old rows. Backups and WAL
+    archives are not touched: docs/operations.md says what remains where. On SQLite, which
+    zeroes deleted rows as it goes, it only empties the write-ahead log.
+
+    \b
+    Examples:
+      secretary forget --tag health --yes && secretary db compact --yes
+    """
+    from store.db import compact, make_engine
+
+    engine = make_engine(ctx.settings.database_url)
+    try:
+        if engine.dialect.name != "sqlite" and not yes:
+            question = "VACUUM FULL locks each table while it rewrites it. Compact now?"
+            if not sys.stdin.isatty():
+                click.echo("error: refusing to compact without --yes (nothing done)", err=True)
+                raise click.exceptions.Exit(1)
+            if not click.confirm(question, default=False):
+                click.echo("nothing done")
+                raise click.exceptions.Exit(1)
+        done = compact(engine)
+    finally:
+        engine.dispose()
+    sizes = ""
+    if done.size_before is not None and done.size_after is not None:
+        sizes = f": {_mib(done.size_before)} -> {_mib(done.size_after)}"
+    click.echo(f"compacted the {done.backend} database{sizes}")
+    for note in done.notes:
+        click.echo(f"note: {note}", err=True)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
 
 
 @cli.group("config")
