@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
+from store.coordination.console_sessions import ConsoleSessions
 from store.coordination.dream_requests import DreamRequests
 from store.coordination.rebuilds import RebuildTable
 from store.coordination.schedules import ScheduleTable
@@ -24,8 +25,9 @@ from store.write.writer import Writer
 class Database:
     """Given an engine at the newest schema: ``memories``, ``records``, ``work``, ``search``,
     ``identities``, ``listing`` and ``indexing`` read; ``writer`` writes; ``schedules`` is the
-    daemon's schedule table, ``dream_requests`` the queue of requests to dream now and
-    ``rebuilds`` the vector index rebuilds not finished yet."""
+    daemon's schedule table, ``dream_requests`` the queue of requests to dream now,
+    ``rebuilds`` the vector index rebuilds not finished yet and ``console_sessions`` the web
+    console's logins."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -40,3 +42,4 @@ class Database:
         self.dream_requests = DreamRequests(engine)
         self.indexing = IndexingReads(engine)
         self.rebuilds = RebuildTable(engine)
+        self.console_sessions = ConsoleSessions(engine)

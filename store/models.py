@@ -316,3 +316,17 @@ class DreamRequest(Base):
     error: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index("ix_dream_requests_status", "status", "id"),)
+
+
+class ConsoleSession(Base):
+    """A console login (``store.coordination.console_sessions``): the browser's cookie is valid
+    while its row exists and has not expired; logging out deletes it."""
+
+    __tablename__ = "console_sessions"
+
+    # The SHA-256 of the cookie's random token: a copy of the table opens no session.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # The key it logged in with, by its fingerprint (a hash; never the key).
+    key_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from fastapi import FastAPI, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -21,7 +22,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from store.api.console import pages_login, pages_memories, pages_runs, pages_status
 from store.api.console.ops import ConsoleOps
 from store.api.console.render import install_filters
-from store.api.console.session import COOKIE, MAX_AGE, decode, encode, new_session
+from store.api.console.session import (
+    COOKIE,
+    MAX_AGE,
+    Session,
+    decode,
+    encode,
+    logged_in_nonce,
+    new_session,
+    session_id,
+)
 from store.api.console.web import (
     HERE,
     Console,
@@ -45,7 +55,8 @@ def create_console(
     ops: ConsoleOps | None = None,
     secret: bytes | None = None,
 ) -> FastAPI:
-    """Build the console over ``store``; ``secret`` signs its sessions (default: drawn now)."""
+    """Build the console over ``store``; ``secret`` signs its anonymous sessions (default: drawn
+    now); logged-in ones are rows of the store's ``console_sessions``."""
     templates = Jinja2Templates(directory=HERE / "templates")
     install_filters(templates.env)
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
@@ -70,10 +81,10 @@ def _install_session(app: FastAPI) -> None:
     async def session(request: Request, call_next: Next) -> Response:
         here: Console = app.state.console
         now = here.clock()
-        found = decode(here.secret, request.cookies.get(COOKIE), now)
+        found = await run_in_threadpool(_found, here, request.cookies.get(COOKIE), now)
         request.state.session = found or new_session(now)
         response = await call_next(request)
-        current = request.state.session
+        current: Session = request.state.session
         if found is None or current != found:
             response.set_cookie(
                 COOKIE,
@@ -95,6 +106,18 @@ def _install_session(app: FastAPI) -> None:
             "frame-ancestors 'none'; form-action 'self'",
         )
         return response
+
+
+def _found(here: Console, value: str | None, now: datetime) -> Session | None:
+    """The session a cookie names: a logged-in one if its row is live (ended, expired or
+    unknown: None), else an anonymous one if its signature holds."""
+    nonce = logged_in_nonce(value)
+    if nonce is None:
+        return decode(here.secret, value, now)
+    row = here.store.db.console_sessions.live(session_id(nonce), now=now)
+    if row is None:
+        return None
+    return Session(nonce=nonce, key_id=row.key_id, issued=row.created_at)
 
 
 def _install_errors(app: FastAPI) -> None:

@@ -1,26 +1,36 @@
-"""The console's session cookie and its CSRF tokens: pure functions over a secret.
+"""The console's session cookie and its CSRF tokens: pure functions.
 
-A browser cannot send the API's key header, so the key is posted once to the login form and the
-session cookie then names it by a fingerprint (never the key itself). The cookie is signed with
-HMAC-SHA256 under a secret the console draws at start: a restart logs everyone out. Every form
-carries a token that is an HMAC of the session's nonce, so another site cannot post one.
+A browser cannot send the API's key header, so the key is posted once to the login form. The
+login then gets a random token (its nonce), which the cookie carries and nothing else does: the
+server keeps only the token's hash, in SQL (``store.coordination.console_sessions``), so every
+process serving the store agrees, a restart keeps it, and logging out deletes it. Before login
+(and in a console without keys) a session is anonymous: its nonce rides in a cookie signed with
+HMAC-SHA256 under a secret the console draws at start, so it cannot be forged, nor planted by
+another site.
+
+The nonce is the session's secret: every form carries a token that is an HMAC under it, so
+another site cannot post one, and a session that ended takes its tokens with it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 COOKIE = "secretary_console"
 MAX_AGE = timedelta(hours=12)
+LOGGED_IN = "k."  # a logged-in session's cookie: this, then its nonce (no signature: SQL decides)
+_NONCE = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32): 256 random bits
 
 
 @dataclass(frozen=True, kw_only=True)
 class Session:
-    """A browser's session: a random nonce, the key it logged in with (a fingerprint), since."""
+    """A browser's session: a random nonce, the key it logged in with (a fingerprint; None
+    before login), since."""
 
     nonce: str
     key_id: str | None
@@ -28,12 +38,20 @@ class Session:
 
 
 def new_session(now: datetime, key_id: str | None = None) -> Session:
-    return Session(nonce=secrets.token_hex(16), key_id=key_id, issued=now)
+    """A new session: anonymous, or logged in with the key of fingerprint ``key_id`` (which
+    must then be stored under ``session_id`` to be valid)."""
+    return Session(nonce=secrets.token_urlsafe(32), key_id=key_id, issued=now)
 
 
 def fingerprint(key: str) -> str:
     """Given an API key, return the id a session names it by (the key cannot be read back)."""
     return hashlib.sha256(b"secretary-console-key:" + key.encode()).hexdigest()[:32]
+
+
+def session_id(nonce: str) -> str:
+    """Given a logged-in session's nonce, return the id its row is stored under (a hash: the
+    table holds nothing a browser could present)."""
+    return hashlib.sha256(b"secretary-console-session:" + nonce.encode()).hexdigest()
 
 
 def _sign(secret: bytes, payload: str) -> str:
@@ -42,31 +60,51 @@ def _sign(secret: bytes, payload: str) -> str:
 
 def encode(secret: bytes, session: Session) -> str:
     """Given the secret and a session, return the cookie's value."""
-    payload = f"{session.nonce}.{session.key_id or '-'}.{int(session.issued.timestamp())}"
+    if session.key_id is not None:
+        return LOGGED_IN + session.nonce
+    payload = f"{session.nonce}.{int(session.issued.timestamp())}"
     return f"{payload}.{_sign(secret, payload)}"
 
 
+def logged_in_nonce(value: str | None) -> str | None:
+    """Given a cookie's value, return the nonce it names if it is a logged-in session's; whether
+    that session is live is for its row to say."""
+    if value is None or not value.startswith(LOGGED_IN):
+        return None
+    nonce = value[len(LOGGED_IN) :]
+    return nonce if _NONCE.fullmatch(nonce) else None
+
+
 def decode(secret: bytes, value: str | None, now: datetime) -> Session | None:
-    """Given the secret, a cookie's value and now, return its session; None if the value is
-    missing, forged or older than MAX_AGE."""
-    if not value or value.count(".") != 3:
+    """Given the secret, a cookie's value and now, return its anonymous session; None if the
+    value is missing, forged, older than MAX_AGE or a logged-in session's."""
+    if not value or value.count(".") != 2:
         return None
     payload, _, signature = value.rpartition(".")
     if not hmac.compare_digest(_sign(secret, payload), signature):
         return None
-    nonce, key_id, issued_text = payload.split(".")
+    nonce, issued_text = payload.split(".")
     if not issued_text.isdigit():
         return None
     issued = datetime.fromtimestamp(int(issued_text), tz=UTC)
     if not -timedelta(minutes=5) <= now - issued <= MAX_AGE:
         return None
-    return Session(nonce=nonce, key_id=None if key_id == "-" else key_id, issued=issued)
+    return Session(nonce=nonce, key_id=None, issued=issued)
 
 
-def csrf_token(secret: bytes, session: Session) -> str:
+def _under_nonce(session: Session, message: str) -> str:
+    return hmac.new(session.nonce.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def csrf_token(session: Session) -> str:
     """The token every form of this session carries."""
-    return _sign(secret, "csrf:" + session.nonce)[:40]
+    return _under_nonce(session, "csrf")[:40]
 
 
-def csrf_ok(secret: bytes, session: Session, token: str | None) -> bool:
-    return token is not None and hmac.compare_digest(csrf_token(secret, session), token)
+def csrf_ok(session: Session, token: str | None) -> bool:
+    return token is not None and hmac.compare_digest(csrf_token(session), token)
+
+
+def seal(session: Session, message: str) -> str:
+    """Given a message a page will show, return its seal for this session."""
+    return _under_nonce(session, "said:" + message)[:32]

@@ -7,7 +7,6 @@ missing one does, so ids leak nothing about other namespaces.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from fastapi.templating import Jinja2Templates
 
 from store.api.auth import OPEN, Principal, principal_of
 from store.api.console.ops import ConsoleOps
-from store.api.console.session import Session, csrf_ok, csrf_token, fingerprint
+from store.api.console.session import Session, csrf_ok, csrf_token, fingerprint, seal
 from store.service import Store
 from store.status import StatusConfig
 
@@ -54,7 +53,7 @@ class Console:
     clock: Callable[[], datetime]
     status: StatusConfig
     ops: ConsoleOps | None
-    secret: bytes
+    secret: bytes  # signs anonymous sessions' cookies (logged-in ones are rows in SQL)
     templates: Jinja2Templates
 
 
@@ -96,7 +95,7 @@ async def checked_form(request: Request) -> dict[str, str]:
     """Return a posted form's fields. Raise CsrfRefused without this session's token."""
     form = await request.form()
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
-    if not csrf_ok(console(request).secret, session_of(request), fields.get("csrf")):
+    if not csrf_ok(session_of(request), fields.get("csrf")):
         raise CsrfRefused()
     if any(len(value) > MAX_FIELD_CHARS for value in fields.values()):
         raise PageNotFound("a field is too long")
@@ -114,7 +113,7 @@ def page(
     except LoginNeeded:
         who = None
     base = {
-        "csrf": csrf_token(here.secret, session_of(request)),
+        "csrf": csrf_token(session_of(request)),
         "who": who,
         "keyed": keyed,
         "path": request.url.path,
@@ -129,22 +128,16 @@ def see_other(url: str) -> RedirectResponse:
     return RedirectResponse(url, status_code=303)
 
 
-def _seal(request: Request, message: str) -> str:
-    here = console(request)
-    data = f"said:{session_of(request).nonce}:{message}".encode()
-    return hmac.new(here.secret, data, hashlib.sha256).hexdigest()[:32]
-
-
 def see_other_saying(request: Request, path: str, message: str, **params: str) -> RedirectResponse:
     """Go to ``path`` showing ``message`` there. The message rides in the URL with a seal of
     this session, so a link made elsewhere cannot put words in the console's mouth."""
-    query = urlencode({**params, "said": message, "seal": _seal(request, message)})
+    query = urlencode({**params, "said": message, "seal": seal(session_of(request), message)})
     return see_other(f"{path}?{query}")
 
 
 def said(request: Request) -> str | None:
     """The message a see_other_saying sent along, if its seal is this session's."""
-    message, seal = request.query_params.get("said"), request.query_params.get("seal", "")
-    if message is None or not hmac.compare_digest(_seal(request, message), seal):
+    message, sealed = request.query_params.get("said"), request.query_params.get("seal", "")
+    if message is None or not hmac.compare_digest(seal(session_of(request), message), sealed):
         return None
     return message

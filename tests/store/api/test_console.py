@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from secretary.config import Settings
 from store.api.app import create_app
 from store.api.console.pages_runs import since_time
-from store.api.console.session import COOKIE
+from store.api.console.session import COOKIE, MAX_AGE
 from store.operations import CreateMemory, CreateRelation, Operation, UpdateMemory
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
@@ -200,6 +200,94 @@ def test_console_logout_ends_the_session(keyed: Store) -> None:
         web.post("/ui/logout", data={"csrf": token})
         response = web.get("/ui/overnight", follow_redirects=False)
     assert response.status_code == 303
+
+
+def with_cookie(web: TestClient, value: str) -> TestClient:
+    """``web`` holding ``value`` as its console cookie, and nothing else (say, an old copy)."""
+    web.cookies.clear()
+    web.cookies.set(COOKIE, value)
+    return web
+
+
+def test_console_logout_refuses_the_old_cookie_and_its_form_token(keyed: Store) -> None:
+    with client(keyed) as web:
+        token = login(web, KEY_A)
+        old = web.cookies[COOKIE]
+        logout = web.post("/ui/logout", data={"csrf": token}, follow_redirects=False)
+        page = with_cookie(web, old).get("/ui/status", follow_redirects=False)
+        dream = with_cookie(web, old).post(
+            "/ui/status/dream/a", data={"csrf": token}, follow_redirects=False
+        )
+    assert (logout.status_code, logout.headers["location"]) == (303, "/ui/login")
+    assert (page.status_code, page.headers["location"]) == (303, "/ui/login")
+    assert dream.status_code == 403
+    assert keyed.db.dream_requests.recent() == []
+
+
+def test_console_logout_ends_only_its_own_session(keyed: Store) -> None:
+    with client(keyed) as phone, client(keyed) as laptop:
+        phone_token = login(phone, KEY_A)
+        laptop_token = login(laptop, KEY_A)
+        phone.post("/ui/logout", data={"csrf": phone_token})
+        gone = phone.get("/ui/overnight", follow_redirects=False)
+        kept = laptop.post("/ui/status/dream/a", data={"csrf": laptop_token})
+    assert gone.status_code == 303
+    assert kept.status_code == 200
+    assert [r.requested_by for r in keyed.db.dream_requests.recent()] == ["console:agent a"]
+
+
+def test_console_login_again_ends_the_session_before(keyed: Store) -> None:
+    with client(keyed) as web:
+        login(web, KEY_A)
+        before = web.cookies[COOKIE]
+        login(web, KEY_B)
+        response = with_cookie(web, before).get("/ui/overnight", follow_redirects=False)
+    assert response.status_code == 303
+
+
+def test_console_session_survives_a_restart_and_another_process(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "restarted", KEYS)
+    with client(store) as web:
+        token = login(web, KEY_A)
+        cookie = web.cookies[COOKIE]
+    settings = store.settings
+    store.close()
+    # The server restarts (a new store, a new console secret); two processes serve it.
+    one = Store.open(settings, embedder=FakeEmbedder())
+    two = Store.open(settings, embedder=FakeEmbedder())
+    try:
+        with client(one) as web, client(two) as other:
+            page = with_cookie(web, cookie).get("/ui/status")
+            dream = web.post("/ui/status/dream/a", data={"csrf": token}, follow_redirects=False)
+            said = web.get(dream.headers["location"]).text
+            with_cookie(other, cookie).post("/ui/logout", data={"csrf": token})
+            after = with_cookie(web, cookie).get("/ui/status", follow_redirects=False)
+        queued = one.db.dream_requests.recent()
+    finally:
+        one.close()
+        two.close()
+    assert page.status_code == 200
+    assert "agent a" in page.text
+    assert dream.status_code == 303
+    assert "queued for a" in said
+    assert [r.requested_by for r in queued] == ["console:agent a"]
+    assert after.status_code == 303  # logged out by the other process
+
+
+def test_console_expired_session_is_refused(keyed: Store) -> None:
+    now = [NOW]
+    with TestClient(create_app(keyed, clock=lambda: now[0], start_workers=False)) as web:
+        token = login(web, KEY_A)
+        cookie = web.cookies[COOKIE]
+        now[0] = NOW + MAX_AGE - timedelta(seconds=1)
+        fresh = with_cookie(web, cookie).get("/ui/overnight", follow_redirects=False)
+        now[0] = NOW + MAX_AGE
+        stale = with_cookie(web, cookie).get("/ui/overnight", follow_redirects=False)
+        dream = with_cookie(web, cookie).post("/ui/status/dream/a", data={"csrf": token})
+    assert fresh.status_code == 200
+    assert (stale.status_code, stale.headers["location"]) == (303, "/ui/login")
+    assert dream.status_code == 403
+    assert keyed.db.dream_requests.recent() == []
 
 
 def test_console_edit_writes_an_undoable_edit_record(open_: Store) -> None:
