@@ -19,8 +19,10 @@ from secretary.cli_common import (
     _Group,
     _store,
     _sync,
+    host_option,
     namespace_option,
     pass_context,
+    port_option,
 )
 from secretary.cli_daemon import run, schedule
 from secretary.cli_edits import delete, edit, forget
@@ -172,7 +174,10 @@ def config_check(ctx: Context) -> None:
     "--update",
     is_flag=True,
     help="A line naming a stored memory (external_id) or log line (idempotency_key) with "
-    "other content changes it (recorded, undoable) instead of failing as a conflict.",
+    "other content changes it (recorded, undoable) instead of failing as a conflict. The "
+    "file is written in transactions of ingest.commit_every lines, each its own record, "
+    "printed as it commits: an update cut short keeps the ones it committed (undo each with "
+    "`secretary undo ID`, or run the same ingest again to finish it).",
 )
 @pass_context
 def ingest(
@@ -191,11 +196,23 @@ def ingest(
     A file written by `secretary export` is restored as it was.
 
     The whole file is checked first: if any line is bad, every bad line is reported
-    with its number and nothing is written. So is a line that names a stored memory
-    (or log line) with other content, or the same one as another line with other
-    content: a conflict (exit code 4), unless --update asks to change the stored one.
+    with its number and nothing is written (exit code 3). So is a line that names a
+    stored memory (or log line) with other content, or the same one as another line
+    with other content: a conflict (exit code 4), unless --update asks to change the
+    stored one. The lines are then written in transactions of ingest.commit_every
+    (1,000); an ingest cut short keeps those committed, and running it again finishes
+    it. With --update each transaction's record is printed as it commits.
     """
-    from store.ingest import count_lines, ingest_file
+    from store.ingest import Committed, count_lines, ingest_file
+
+    def committed(batch: Committed) -> None:
+        # An update cut short keeps what it committed: say at once what to undo.
+        if update and batch.record_id is not None:
+            click.echo(
+                f"record #{batch.record_id}: lines {batch.first_line}-{batch.last_line} "
+                f"committed ({batch.updated} updated, {batch.created} new, {batch.skipped} "
+                f"already present); `secretary undo {batch.record_id}` reverts them"
+            )
 
     with _store(ctx) as store:
         with progress(f"ingesting {file.name}", count_lines(file)) as bar:
@@ -207,6 +224,7 @@ def ingest(
                 update=update,
                 now=utc_now(),
                 advance=bar.advance,
+                committed=committed,
             )
         changed = f"{report.updated} updated, " if report.updated else ""
         click.echo(
@@ -373,8 +391,8 @@ def _rebuild(store: Any, names: list[str]) -> None:
 
 
 @cli.command()
-@click.option("--host", help="Bind address (default from config: 127.0.0.1).")
-@click.option("--port", type=int, help="Port (default from config: 8765).")
+@host_option("Bind address (default from config: 127.0.0.1).")
+@port_option("Port, 1-65535 (default from config: 8765).")
 @pass_context
 def serve(ctx: Context, host: str | None, port: int | None) -> None:
     """Serve the read API (search, memories, ingest, health, metrics, dream requests).

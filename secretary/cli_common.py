@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from loguru import logger
@@ -15,7 +15,10 @@ from loguru import logger
 from secretary.config import Settings, load_settings
 from secretary.progress import progress
 from store.errors import SecretaryError, UnknownNamespace
-from store.settings import DEFAULT_NAMESPACE
+from store.requests import lone_surrogate
+from store.settings import DEFAULT_NAMESPACE, check_host
+
+F = TypeVar("F", bound=Callable[..., Any])  # a command, as click's decorators take it
 
 
 @dataclass
@@ -103,6 +106,40 @@ def _log_traceback(ctx: click.Context, exc: Exception) -> None:
         logger.opt(exception=exc).debug("the command failed")
 
 
+def _unicode(
+    _ctx: click.Context | None,
+    _param: click.Parameter | None,
+    value: str | None,
+    *,
+    hint: str | None = None,
+) -> str | None:
+    """Refuse an argument holding a lone surrogate (a byte that is not UTF-8), which no
+    database could store, as a usage error naming the option."""
+    problem = lone_surrogate(value) if value is not None else None
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint=hint)
+    return value
+
+
+def _bind_host(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_host(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def host_option(help: str) -> Callable[[F], F]:
+    """``--host``: an IP address or a host name to bind (checked as ``api.host`` is)."""
+    return click.option("--host", callback=_bind_host, help=help)
+
+
+def port_option(help: str) -> Callable[[F], F]:
+    """``--port``: a TCP port, 1-65535 (a usage error otherwise, as for ``api.port``)."""
+    return click.option("--port", type=click.IntRange(1, 65535), help=help)
+
+
 pass_context = click.make_pass_decorator(Context)
 namespace_option = click.option(
     "--namespace",
@@ -110,6 +147,7 @@ namespace_option = click.option(
     default=DEFAULT_NAMESPACE,
     show_default=True,
     envvar="SECRETARY_NAMESPACE",
+    callback=_unicode,
     help="Namespace (one agent's or user's memories).",
 )
 
@@ -120,6 +158,8 @@ def _store(ctx: Context, *, create: bool = False, namespace: str | None = None) 
     `secretary init`), and ``namespace``, if given, must hold something (UnknownNamespace)."""
     from store.service import Store
 
+    if namespace is not None:  # from any command's --namespace, not only namespace_option's
+        _unicode(None, None, namespace, hint="'--namespace'")
     store = Store.open(ctx.settings, create=create)
     try:
         if namespace is not None:

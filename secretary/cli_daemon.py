@@ -15,7 +15,7 @@ from datetime import datetime
 import click
 from loguru import logger
 
-from secretary.cli_common import Context, pass_context
+from secretary.cli_common import Context, host_option, pass_context, port_option
 from secretary.config import Settings, load_settings
 from secretary.cron import InvalidCron, validate_cron
 from secretary.jobs.registry import JOB_NAMES
@@ -48,8 +48,8 @@ def _with_api(settings: Settings, host: str | None, port: int | None) -> Setting
 
 
 @click.command("run")
-@click.option("--host", help="Bind address of the API (default from config: 127.0.0.1).")
-@click.option("--port", type=int, help="Port of the API (default from config: 8765).")
+@host_option("Bind address of the API (default from config: 127.0.0.1).")
+@port_option("Port of the API, 1-65535 (default from config: 8765).")
 @pass_context
 def run(ctx: Context, host: str | None, port: int | None) -> None:
     """Run the daemon: the read API plus the scheduled maintenance jobs.

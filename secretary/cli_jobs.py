@@ -11,7 +11,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
@@ -76,12 +76,23 @@ def dream(
 
     \b
     Each job only looks at what changed since its last run. Jobs that need the LLM are
-    skipped while no model is configured ([llm] model). Exit code 1 if a job failed.
+    skipped while no model is configured ([llm] model).
     While a daemon runs on the store (`secretary run`), the daemon runs them: this
     command queues a request, waits and prints the outcomes (--no-wait: prints the
     request's id; GET /v1/dream/ID shows it later). Without a daemon, and always with
     --dry-run, they run in this process. Ctrl-C ends with exit code 130: jobs that
     finished stay applied, the one cut short changes nothing.
+
+    \b
+    Exit codes:
+      0    every job ran (a plan kept for approval included) or had nothing to
+           do, or was skipped: no model configured, or a plan of it awaits
+           approval (`secretary plans list`)
+      1    a job failed (a batch that failed too often is quarantined then)
+      75   none failed, but one did not run now: it backs off after failed runs
+           (`secretary status` says until when) or another process kept running
+           it, or the daemon stopped before it was done; try again later
+      130  interrupted (Ctrl-C)
     """
     with _interruptible() as interrupted, _store(ctx, namespace=namespace) as store:
         holder = None if dry_run else _live_daemon(store)
@@ -99,8 +110,30 @@ def dream(
             outcomes = _dream_here(ctx, store, namespace, job_names, dry_run, retry_quarantined)
     if not outcomes:
         click.echo("no namespace has memories or logs yet")
+    code = dream_exit_code(outcomes)
+    if code:
+        raise SystemExit(code)
+
+
+# What `secretary dream` exits with (its --help and the README say the same).
+FAILED = 1
+NOT_RUN = 75  # EX_TEMPFAIL: worth trying later
+# How secretary.runner words a run it skipped for a while: backing off after failed runs, or
+# another process running the job (the outcomes a daemon stores keep only the words).
+_NOT_NOW = ("backing off after ", "already running on ")
+
+
+def dream_exit_code(outcomes: Sequence[Mapping[str, Any]]) -> int:
+    """Given a dream's outcomes (as ``outcome_json`` shapes them), return its exit code:
+    FAILED if a job failed, else NOT_RUN if one did not run now, else 0."""
     if any(outcome["status"] == "failed" for outcome in outcomes):
-        raise SystemExit(1)
+        return FAILED
+    if any(
+        outcome["status"] == "skipped" and str(outcome.get("message") or "").startswith(_NOT_NOW)
+        for outcome in outcomes
+    ):
+        return NOT_RUN
+    return 0
 
 
 def _dream_here(
@@ -209,7 +242,7 @@ def _stop_waiting(requests: DreamRequests, request_id: int) -> str:
 
 
 class DaemonGone(SecretaryError):
-    exit_code = 75
+    exit_code = NOT_RUN
 
     def __init__(self, request_id: int) -> None:
         super().__init__(
@@ -219,7 +252,7 @@ class DaemonGone(SecretaryError):
 
 
 class DreamFailed(SecretaryError):
-    exit_code = 1
+    exit_code = FAILED
 
     def __init__(self, request_id: int, error: str) -> None:
         super().__init__(f"dream request #{request_id} failed: {error}")

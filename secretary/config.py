@@ -174,6 +174,10 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
     lines = []
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        message = "unknown option" if error["type"] == "extra_forbidden" else error["msg"]
+        message = (
+            "unknown option"
+            if error["type"] == "extra_forbidden"
+            else str(error["msg"]).removeprefix("Value error, ")
+        )
         lines.append(f"config option '{key}'{where}: {message}")
     return "\n".join(lines)

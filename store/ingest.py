@@ -2,8 +2,12 @@
 
 A file is validated whole before anything is written: one bad line rejects the file, and every
 bad line is reported with its number. Valid files are then written in transactions of
-``commit_every`` lines; re-ingesting a file changes nothing, so an interrupted ingest is finished
-by running it again.
+``commit_every`` lines, each with its record; re-ingesting a file changes nothing, so an
+interrupted ingest is finished by running it again. That holds for an update too (the lines
+already applied then match), but the transactions it committed before it was interrupted stay
+applied, each its own record to undo: the caller hears of each as it commits (``committed``).
+One transaction for a whole file would hold the database's write lock (SQLite has one) and every
+row of the file until the end, for longer than other writers wait.
 """
 
 from __future__ import annotations
@@ -19,11 +23,23 @@ from store.conflicts import OnConflict, fingerprint, identity
 from store.errors import IdConflict, ValidationFailed
 from store.exports.backup import ImportReport, import_export
 from store.exports.lines import NAMESPACE_KINDS, WHOLE_STORE_LINE, other_namespace, parse_export
-from store.schemas import Limits, LogIn, MemoryIn, parse_items
+from store.schemas import Limits, LogIn, MemoryIn, parse_items, surrogate_problems
 from store.service import Store
 
 Kind = Literal["memories", "logs", "export"]
 Advance = Callable[[int], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Committed:
+    """One transaction of an ingest, committed: its lines, its record and what it did."""
+
+    first_line: int
+    last_line: int
+    record_id: int | None  # None: it changed nothing (every line was there already)
+    created: int
+    updated: int
+    skipped: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +132,7 @@ def validate_file(path: Path, kind: Kind, limits: Limits, *, namespace: str | No
     if kind == "export":
         objects = [obj for batch, _ in export for obj in batch]
         labels = [label for _, batch in export for label in batch]
+        objects, labels = _texts_only(objects, labels, problems)
         parsed, export_problems = parse_export(
             objects, labels, kinds=NAMESPACE_KINDS, other_kinds=WHOLE_STORE_LINE
         )
@@ -131,6 +148,22 @@ def validate_file(path: Path, kind: Kind, limits: Limits, *, namespace: str | No
     if repeated:
         raise IdConflict(repeated)
     return lines
+
+
+def _texts_only(
+    objects: Sequence[Any], labels: Sequence[str], problems: list[tuple[str, str]]
+) -> tuple[list[Any], list[str]]:
+    """Return the export lines whose strings are all Unicode text, adding a problem naming the
+    field of each other one (a lone surrogate, as JSON's "\\ud800", which nothing can store)."""
+    kept: list[Any] = []
+    kept_labels: list[str] = []
+    for obj, label in zip(objects, labels, strict=True):
+        bad = surrogate_problems(obj) if isinstance(obj, dict) else []
+        problems.extend((label, f"{field}: {what}" if field else what) for field, what in bad)
+        if not bad:
+            kept.append(obj)
+            kept_labels.append(label)
+    return kept, kept_labels
 
 
 def _repeated(
@@ -157,8 +190,12 @@ def _repeated(
 
 
 def _line_order(problem: tuple[str, str]) -> int:
-    where = problem[0]
-    return int(where.split()[-1]) if where.startswith("line ") else 0
+    return _line_number(problem[0])
+
+
+def _line_number(label: str) -> int:
+    """The number of a label "line N" (0 for another label)."""
+    return int(label.split()[-1]) if label.startswith("line ") else 0
 
 
 def ingest_file(
@@ -170,6 +207,7 @@ def ingest_file(
     update: bool = False,
     now: datetime,
     advance: Advance | None = None,
+    committed: Callable[[Committed], None] | None = None,
 ) -> IngestReport:
     """Validate the whole file, then write it; return what was created, updated and skipped.
 
@@ -177,6 +215,9 @@ def ingest_file(
     IdConflict naming every such line before writing any, unless ``update`` asks for the
     stored one to take the line's fields. Raise ValidationFailed for bad lines, and for
     ``update`` with an export (restored as it was).
+
+    The lines are written in transactions of ``ingest.commit_every``; ``committed`` hears of
+    each once it has committed (what stays applied if the ingest is cut short after it).
     """
     kind = detect_kind(path, logs=logs)
     if update and kind == "export":
@@ -220,6 +261,17 @@ def ingest_file(
         skipped += result.skipped
         if result.record_id is not None:
             records.append(result.record_id)
+        if committed is not None:
+            committed(
+                Committed(
+                    first_line=_line_number(labels[0]),
+                    last_line=_line_number(labels[-1]),
+                    record_id=result.record_id,
+                    created=len(result.created),
+                    updated=len(result.updated),
+                    skipped=result.skipped,
+                )
+            )
         if advance is not None:
             advance(len(objects))
     return IngestReport(
@@ -268,6 +320,7 @@ def import_file(
     problems = [problem for _, _, json_problems in batches for problem in json_problems]
     objects = [obj for batch, _, _ in batches for obj in batch]
     labels = [label for _, batch, _ in batches for label in batch]
+    objects, labels = _texts_only(objects, labels, problems)
     export, line_problems = parse_export(objects, labels)
     problems.extend(line_problems)
     if problems:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -73,6 +74,28 @@ def metadata_text(stored: Any) -> str:
     return json.dumps(stored, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> str | None:
+    """Given text, return what is wrong with it if it holds a lone surrogate, else None.
+
+    JSON's "\\ud800" decodes to one, and so does a byte that is not UTF-8 on a command line
+    (Python's surrogateescape); UTF-8 cannot encode it, so no database, index or response
+    could hold the text.
+    """
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    escaped = 0xDC80 <= code <= 0xDCFF  # what surrogateescape makes of the bytes 0x80-0xff
+    byte = f", or the byte 0x{code - 0xDC00:02x} that is not UTF-8" if escaped else ""
+    return (
+        f"holds a lone surrogate (\\u{code:04x}{byte}) at character {found.start() + 1}:"
+        " not Unicode text"
+    )
+
+
 #: The longest metadata value (as ``metadata_text``) an index filters on. A filter on a longer
 #: value is left to SQL, which checks every hit; the lexical and the vector index agree on it.
 FACET_VALUE_CHARS = 256
@@ -113,12 +136,15 @@ def search_request(
 ) -> SearchRequest:
     """Build a search from a front end's raw parameters.
 
-    Raise ValidationFailed naming each bad parameter: a blank query, a ``meta`` item that is
-    not ``key=value``, a time that is not ISO-8601 or out of range, ``since`` after ``until``.
+    Raise ValidationFailed naming each bad parameter: a blank query, text that is not Unicode
+    (``lone_surrogate``), a ``meta`` item that is not ``key=value``, a time that is not
+    ISO-8601 or out of range, ``since`` after ``until``.
     """
     problems: list[tuple[str, str]] = []
     if not query.strip():
         problems.append(("q", "is blank"))
+    elif (surrogate := lone_surrogate(query)) is not None:
+        problems.append(("q", surrogate))
     filters = read_filters(types, tags, since, until, meta, problems)
     if min_score is not None and not math.isfinite(min_score):
         problems.append(("min_score", "must be a finite number"))
@@ -163,7 +189,13 @@ def read_filters(
 ) -> SearchFilters:
     """Return the filters the raw parameters ask for, adding to ``problems`` what is wrong
     with them: a time that is not ISO-8601, ``since`` after ``until``, a ``meta`` item that is
-    not ``key=value``."""
+    not ``key=value``, a type, tag or ``meta`` item that is not Unicode text."""
+    for name, values in (("type", types), ("tag", tags)):
+        problems.extend(
+            (f"{name}.{index}", surrogate)
+            for index, value in enumerate(values)
+            if (surrogate := lone_surrogate(value)) is not None
+        )
     start = _moment("since", since, problems)
     end = _moment("until", until, problems)
     if start is not None and end is not None and start > end:
@@ -193,7 +225,10 @@ def _meta_pairs(
     out: list[tuple[str, str]] = []
     for index, pair in enumerate(pairs):
         key, sep, value = pair.partition("=")
-        if not sep or not key:
+        surrogate = lone_surrogate(pair)
+        if surrogate is not None:
+            problems.append((f"meta.{index}", surrogate))
+        elif not sep or not key:
             problems.append((f"meta.{index}", f"expected key=value, got {pair!r}"))
         else:
             out.append((key, value))

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, TypeVar, cast
@@ -20,10 +20,13 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     field_validator,
+    model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from store.clock import ensure_utc
 from store.errors import ValidationFailed
+from store.requests import lone_surrogate
 
 TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
 
@@ -88,6 +91,102 @@ def _json_integer(value: Any) -> Any:
     return value
 
 
+def surrogate_problem(value: Any) -> str | None:
+    """Given a raw value (a string, or an object or array with strings at any depth, keys
+    included), return where and what its first lone surrogate is, or None.
+
+    The place is relative to the value: "value at a.0", "key 'x\\ud800' at a", or nothing for
+    the string itself.
+    """
+    for path, text, is_key in _strings(value, ()):
+        problem = lone_surrogate(text)
+        if problem is None:
+            continue
+        at = ".".join(path)
+        if is_key:
+            return f"key {_shown(text)}{f' at {at}' if at else ''} {problem}"
+        return f"value at {at} {problem}" if at else problem
+    return None
+
+
+def _strings(value: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str, bool]]:
+    """Yield (path, string, is a key) for every string in a JSON-like value, each key before
+    its value (so that a path never holds a key that is not text)."""
+    if isinstance(value, str):
+        yield path, value, False
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str):
+                yield path, key, True
+            yield from _strings(item, (*path, str(key)))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _strings(item, (*path, str(index)))
+
+
+def _shown(name: str) -> str:
+    """A name as a problem can show it: quoted, shortened, its surrogates escaped."""
+    return "'" + name.encode("utf-8", "backslashreplace").decode()[:64] + "'"
+
+
+def surrogate_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Given a raw object, return (field, problem) for each field whose value holds a lone
+    surrogate, and ("", problem) for a field name that holds one."""
+    problems: list[tuple[str, str]] = []
+    if not _holds_surrogate(raw):
+        return problems
+    for name, value in raw.items():
+        problem = lone_surrogate(name) if isinstance(name, str) else None
+        if problem is not None:
+            problems.append(("", f"field name {_shown(name)} {problem}"))
+        elif (problem := surrogate_problem(value)) is not None:
+            problems.append((str(name), problem))
+    return problems
+
+
+class _Text(BaseModel):
+    """Refuses lone surrogates (JSON's "\\ud800") in every field, with a problem naming it:
+    pydantic would take them in metadata and a failure to encode them would come later (a 500,
+    a bug), and elsewhere say only "unable to parse raw data as a unicode string"."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _field_names(cls, raw: Any) -> Any:
+        if isinstance(raw, Mapping):
+            for name in raw:  # the names here; each field's value in _values
+                if _holds_surrogate(name):
+                    raise _not_text(f"field name {_shown(name)} {lone_surrogate(name)}")
+        return raw
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _values(cls, value: Any) -> Any:
+        if _holds_surrogate(value):
+            raise _not_text(surrogate_problem(value) or "")
+        return value
+
+
+def _holds_surrogate(value: Any) -> bool:
+    """Tell whether a raw value holds a lone surrogate anywhere: the quick test every field of
+    every item takes (``surrogate_problem`` then says where)."""
+    if isinstance(value, str):
+        return not value.isascii() and lone_surrogate(value) is not None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if _holds_surrogate(key) or _holds_surrogate(item):
+                return True
+    elif isinstance(value, list | tuple):
+        for item in value:
+            if _holds_surrogate(item):
+                return True
+    return False
+
+
+def _not_text(problem: str) -> PydanticCustomError:
+    # The text goes in as context: a template would read braces in a key as placeholders.
+    return PydanticCustomError("lone_surrogate", "{problem}", {"problem": problem})
+
+
 Timestamp = Annotated[datetime, BeforeValidator(_timestamp_text)]
 # The bounds before the validator, so that the OpenAPI document says minimum and maximum.
 Importance = Annotated[int, Field(ge=1, le=10), BeforeValidator(_json_integer)]
@@ -95,7 +194,7 @@ Key = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NOT
 Tag = Annotated[str, StringConstraints(min_length=1, pattern=NOT_BLANK)]
 
 
-class MemoryIn(BaseModel):
+class MemoryIn(_Text):
     """One memory as a client sends it; only ``content`` is required."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
@@ -126,7 +225,7 @@ class MemoryIn(BaseModel):
         return cast(dict[str, Any], _finite(value))
 
 
-class LogIn(BaseModel):
+class LogIn(_Text):
     """One conversation log line."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
@@ -246,7 +345,7 @@ def parse_items(
     return parsed, problems
 
 
-class MemoryPatch(BaseModel):
+class MemoryPatch(_Text):
     """What an edit may change (PATCH /v1/memories/{id}, `secretary memory edit`); a field left
     out stays as it is. ``event_time`` moves the memory in the timeline."""
 

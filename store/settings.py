@@ -8,6 +8,8 @@ one ``Settings`` that ``load_settings`` returns. Defaults are the documented one
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -25,6 +27,50 @@ class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# A host name as DNS spells it (letters, digits, hyphens; underscores too, as container names
+# have), at most 63 characters a label and 253 in all.
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
+
+
+def check_host(host: str) -> str:
+    """Return ``host`` if it is an IP address or a host name; raise ValueError saying why not."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if len(host) > 253 or not _HOST_NAME.fullmatch(host):
+            raise ValueError(
+                f"{host!r} is not an IP address or a host name (e.g. 127.0.0.1, ::1, localhost)"
+            ) from None
+    return host
+
+
+def check_http_url(url: str) -> str:
+    """Return ``url`` if it is http(s)://HOST[:PORT] (a trailing "/" allowed); raise ValueError
+    saying what is wrong otherwise."""
+    example = "expected http(s)://HOST[:PORT], e.g. http://127.0.0.1:8000"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. "http://[::1": an unclosed IPv6 address
+        raise ValueError(f"{url!r} is not a URL ({exc}): {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL: {example}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{url!r} has no valid port (a number 1-65535): {example}") from None
+    if port == 0:
+        raise ValueError(f"{url!r} has no valid port (a number 1-65535): {example}")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host: {example}")
+    try:
+        check_host(parts.hostname)
+    except ValueError as exc:
+        raise ValueError(f"{url!r}: {exc}") from None
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
+        raise ValueError(f"{url!r} holds more than a host and a port: {example}")
+    return url
+
+
 class DatabaseSettings(Section):
     # Empty means SQLite in the data directory.
     url: str = ""
@@ -39,6 +85,11 @@ class IndexSettings(Section):
     embedder_api_key: str = ""
     # Memories embedded per outbox batch.
     batch_size: int = Field(default=256, ge=1, le=10_000)
+
+    @field_validator("chroma_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return check_http_url(value) if value else value
 
 
 class LexicalSettings(Section):
@@ -82,6 +133,11 @@ class ApiSettings(Section):
     max_k: int = Field(default=100, ge=1, le=1000)
     # Largest request body accepted, in bytes (413 beyond): a full batch of long memories fits.
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_host(value)
 
 
 class IngestSettings(Section):

@@ -284,3 +284,88 @@ def test_search_min_score_nan_is_a_usage_error(run: Run) -> None:
     run("ingest", str(SAMPLE), "--no-index")
     result = run("search", "cat", "--min-score", "nan", code=2)
     assert "finite" in result.stderr
+
+
+def test_ingest_lone_surrogate_names_line_and_field_writes_nothing(
+    run: Run, tmp_path: Path
+) -> None:
+    run("init")
+    bad = tmp_path / "surrogate.jsonl"
+    bad.write_text(
+        '{"content": "fine"}\n'
+        '{"content": "a", "metadata": {"note": {"k": "\\ud800"}}}\n'
+        '{"content": "b", "tags": ["ok", "\\udcff"]}\n'
+    )
+    message = one_error(run("ingest", str(bad), code=3))
+    assert message == (
+        "error: rejected, nothing written: "
+        "line 2: metadata: value at note.k holds a lone surrogate (\\ud800) at character 1: "
+        "not Unicode text; "
+        "line 3: tags: value at 1 holds a lone surrogate (\\udcff, or the byte 0xff that is not "
+        "UTF-8) at character 1: not Unicode text"
+    )
+    assert run("export", "--all").output == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("caf\udce9",), "QUERY"),
+        (("cat", "--meta", "k=\udcff"), "--meta"),
+        (("cat", "--tag", "\ud800"), "--tag"),
+        (("cat", "--namespace", "\udcff"), "'--namespace'"),
+    ],
+)
+def test_search_lone_surrogate_is_a_usage_error_naming_the_option(
+    run: Run, args: tuple[str, ...], option: str
+) -> None:
+    # A byte that is not UTF-8 on a command line reaches Python as a lone surrogate.
+    run("init")
+    run("ingest", str(SAMPLE), "--no-index")
+    result = run("search", *args, code=2)
+    assert f"Invalid value for {option}" in result.stderr
+    assert "holds a lone surrogate" in result.stderr
+    assert "Traceback" not in result.stderr + result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("dream", "--dry-run"), ("records", "list"), ("status",), ("ingest", str(SAMPLE))],
+)
+def test_namespace_not_unicode_is_a_usage_error(run: Run, args: tuple[str, ...]) -> None:
+    run("init")
+    result = run(*args, "--namespace", "caf\udce9", code=2)
+    assert "Invalid value for '--namespace'" in result.stderr
+    assert "(\\udce9, or the byte 0xe9 that is not UTF-8) at character 4" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+@pytest.mark.parametrize(
+    ("option", "value", "why"),
+    [
+        ("--port", "70000", "70000 is not in the range 1<=x<=65535"),
+        ("--port", "0", "0 is not in the range 1<=x<=65535"),
+        ("--port", "-1", "-1 is not in the range 1<=x<=65535"),
+        ("--host", "bad host", "'bad host' is not an IP address or a host name"),
+        ("--host", "", "'' is not an IP address or a host name"),
+    ],
+)
+def test_serve_and_run_bad_port_or_host_is_a_usage_error(
+    run: Run, tmp_path: Path, command: str, option: str, value: str, why: str
+) -> None:
+    # No store: a command that took the value would fail later, on the missing store (exit 1).
+    result = run(command, option, value, code=2)
+    assert f"Invalid value for '{option}': {why}" in result.stderr
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("args", [("config", "check"), ("serve",), ("run",), ("init",)])
+def test_garbage_chroma_url_is_a_config_error_and_nothing_starts(
+    run: Run, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    env = {"SECRETARY_INDEX_CHROMA_URL": "chroma:8000"}
+    message = one_error(run(*args, code=2, env=env))
+    assert message.startswith(
+        "error: config option 'index.chroma_url': 'chroma:8000' is not an http:// or https:// URL"
+    )
+    assert not (tmp_path / "data").exists()

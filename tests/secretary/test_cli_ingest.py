@@ -131,3 +131,22 @@ def test_ingest_logs_two_lines_same_key_other_content_conflict(run: Run, tmp_pat
     result = run("ingest", "--logs", str(twice), "--update", code=4)
     assert "line 2: idempotency_key 'k' is also on line 1, with different content" in result.stderr
     assert run("export", "--all").output == ""
+
+
+def test_ingest_export_with_a_lone_surrogate_names_the_line_and_field(
+    run: Run, tmp_path: Path
+) -> None:
+    run("init")
+    run("ingest", str(write(tmp_path / "a.jsonl", {"content": "a"}, {"content": "b"})))
+    lines = [json.loads(line) for line in run("export").output.splitlines()]
+    lines[1]["metadata"] = {"k": "\ud800"}  # json.dumps writes it as "\ud800"
+    other = tmp_path / "other"
+    run("--data-dir", str(other), "init")
+    result = run(
+        "--data-dir", str(other), "ingest", str(write(tmp_path / "e.jsonl", *lines)), code=3
+    )
+    assert result.stderr.strip() == (
+        "error: rejected, nothing written: line 2: metadata: value at k holds a lone surrogate "
+        "(\\ud800) at character 1: not Unicode text"
+    )
+    assert run("--data-dir", str(other), "export", "--all").output == ""

@@ -69,6 +69,49 @@ def test_load_settings_invalid_raises_naming_key(
         load_settings(write(tmp_path, text), env)
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("garbage", "'garbage' is not an http:// or https:// URL"),
+        ("127.0.0.1:8000", "is not an http:// or https:// URL"),
+        ("ftp://chroma.example", "is not an http:// or https:// URL"),
+        ("http://", "is not an http:// or https:// URL"),
+        ("http://:8000", "names no host"),
+        ("http://127.0.0.1:70000", "has no valid port"),
+        ("http://127.0.0.1:0", "has no valid port"),
+        ("http://127.0.0.1:port", "has no valid port"),
+        ("http://chroma host:8000", "'chroma host' is not an IP address or a host name"),
+        ("http://127.0.0.1:8000/api", "holds more than a host and a port"),
+    ],
+)
+def test_load_settings_chroma_url_not_an_http_url_names_the_option(url: str, why: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {"SECRETARY_INDEX_CHROMA_URL": url})
+
+    assert str(caught.value).startswith(f"config option 'index.chroma_url': {url!r}"), caught.value
+    assert why in str(caught.value)
+    assert "Value error" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["", "http://127.0.0.1:8000", "https://chroma.example/", "http://[::1]:8000", "http://chroma"],
+)
+def test_load_settings_chroma_url_empty_or_http_host_port_accepted(url: str) -> None:
+    assert load_settings(None, {"SECRETARY_INDEX_CHROMA_URL": url}).index.chroma_url == url
+
+
+@pytest.mark.parametrize("host", ["", "my host", "127.0.0.1:8765", "[::1]", "-bad-"])
+def test_load_settings_api_host_not_an_address_names_the_option(host: str) -> None:
+    with pytest.raises(ConfigError, match=r"config option 'api\.host': .* is not an IP address"):
+        load_settings(None, {"SECRETARY_API_HOST": host})
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "::", "localhost", "api_1.internal"])
+def test_load_settings_api_host_address_or_name_accepted(host: str) -> None:
+    assert load_settings(None, {"SECRETARY_API_HOST": host}).api.host == host
+
+
 def test_load_settings_missing_file_raises(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.toml", {})

@@ -19,10 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
+from secretary.cli_jobs import dream_exit_code
 from secretary.config import load_settings
 from store.clock import utc_now
 from store.coordination.leases import Lease, current_lease
+from store.kinds import Outcome
 from store.service import Store
+from store.write.record_info import RecordInfo
+from tests.helpers.cli import cli_in
 from tests.helpers.fake_embedder import FakeEmbedder
 from tests.helpers.openai_server import CHAT_COMPLETIONS, ScriptedOpenAIServer, ScriptedReply
 from tests.secretary.test_daemon import START, WAIT, DaemonProcess, free_port
@@ -154,6 +158,87 @@ def test_dream_no_wait_and_post_dream_are_run_by_the_daemon(
     assert accepted.json()["daemon_running"] is True
     second = until(lambda: _finished(f"{api}/v1/dream/{accepted.json()['id']}"), "request")
     assert [(o["namespace"], o["job"]) for o in second["outcomes"]] == [("maya", "linker")]
+
+
+# -- exit codes --------------------------------------------------------------------------------
+
+
+def back_off(store: Store, job: str, namespace: str = "maya") -> None:
+    """Leave ``job`` backing off on ``namespace`` for an hour, as a failed run does."""
+    now = utc_now()
+    store.db.writer.apply(
+        namespace,
+        job,
+        (),
+        now=now,
+        info=RecordInfo(outcome=Outcome.FAILED, error="boom"),
+        health={
+            "last": {"status": "failed", "at": now.isoformat(), "record": None, "message": "boom"},
+            "failures": 1,
+            "backoff_until": (now + timedelta(hours=1)).isoformat(),
+        },
+    )
+
+
+def test_dream_a_job_backing_off_exits_75_after_running_the_others(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    back_off(store, "auditor")
+    run = cli_in(store.settings.data_dir, monkeypatch)
+
+    result = run("dream", "--namespace", "maya", "--job", "auditor", "--job", "retention", code=75)
+
+    lines = [line for line in result.stdout.splitlines() if line.startswith("maya ")]
+    assert lines[0].startswith("maya auditor: skipped: backing off after 1 failed run(s) until ")
+    assert lines[1] == "maya retention: nothing: nothing to do"
+    assert store.db.memories.count("maya") == 2  # the auditor did not run
+
+
+def test_dream_nothing_to_do_exits_0(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = cli_in(store.settings.data_dir, monkeypatch)
+
+    out = run("dream", "--namespace", "maya", "--job", "retention").stdout
+    assert out.splitlines()[0] == "maya retention: nothing: nothing to do"
+
+
+def test_dream_a_job_the_daemon_finds_backing_off_exits_75(
+    store: Store, daemon: DaemonProcess
+) -> None:
+    back_off(store, "auditor")
+
+    code, out, err = finish(
+        secretary(store.settings.data_dir, "dream", "--namespace", "maya", "--job", "auditor")
+    )
+
+    assert code == 75, err
+    assert out.startswith("maya auditor: skipped: backing off after 1 failed run(s) until "), out
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "code"),
+    [
+        ([], 0),
+        ([("applied", "1 change(s) applied"), ("nothing", "nothing to do")], 0),
+        ([("skipped", "LLM not configured"), ("refused", "over the cap; kept as plan #3")], 0),
+        ([("skipped", "plan #4 awaits approval"), ("planned", "dry run")], 0),
+        ([("skipped", "backing off after 2 failed run(s) until 2026-03-01T12:00:00+00:00")], 75),
+        ([("skipped", "already running on 'maya' by h:1: this run was skipped")], 75),
+        ([("skipped", "backing off after 1 failed run(s) until ..."), ("failed", "boom")], 1),
+        ([("failed", "boom; quarantined 3 item(s) after 3 failures in a row")], 1),
+    ],
+)
+def test_dream_exit_code_from_outcomes(outcomes: list[tuple[str, str]], code: int) -> None:
+    shaped = [
+        {
+            "job": "auditor",
+            "namespace": "maya",
+            "status": status,
+            "record_id": None,
+            "message": text,
+        }
+        for status, text in outcomes
+    ]
+    assert dream_exit_code(shaped) == code
 
 
 def _finished(url: str) -> dict[str, Any] | None:

@@ -517,6 +517,70 @@ def test_post_memories_malformed_body_4xx_names_problem(
 
 
 @pytest.mark.parametrize(
+    ("method", "path", "body", "where", "what"),
+    [
+        (
+            "POST",
+            "/v1/memories",
+            rb'{"content": "x", "metadata": {"k": "\ud800"}}',
+            "body",
+            "metadata: value at k holds a lone surrogate (\\ud800) at character 1",
+        ),
+        (
+            "POST",
+            "/v1/memories",
+            rb'[{"content": "x"}, {"content": "y", "tags": ["\udcff"]}]',
+            "item 1",
+            "tags: value at 0 holds a lone surrogate (\\udcff",
+        ),
+        (
+            "POST",
+            "/v1/logs",
+            rb'{"session_id": "s", "role": "user", "content": "hi\ud800",'
+            rb' "timestamp": "2026-03-01T12:00:00Z"}',
+            "body",
+            "content: holds a lone surrogate (\\ud800) at character 3",
+        ),
+        (
+            "PATCH",
+            "/v1/memories/1",
+            rb'{"metadata": {"k\ud800": 1}}',
+            "body.metadata",
+            "key 'k\\ud800' holds a lone surrogate",
+        ),
+        (
+            "PATCH",
+            "/v1/memories/1",
+            rb'{"content": "\ud800"}',
+            "body.content",
+            "holds a lone surrogate",
+        ),
+    ],
+)
+def test_lone_surrogate_in_a_body_is_422_naming_the_field_writing_nothing(
+    client: TestClient, store: Store, method: str, path: str, body: bytes, where: str, what: str
+) -> None:
+    client.post("/v1/memories", json={"content": "kept"}, headers=A)
+    before = client.get("/v1/memories/1", headers=A).json()
+
+    response = client.request(method, path, content=body, headers={**A, **JSON})
+
+    assert response.status_code == 422, response.text
+    [problem] = response.json()["error"]["problems"]
+    assert problem["where"] == where
+    assert problem["what"].startswith(what), problem
+    assert (memory_count(store), log_count(store)) == (1, 0)
+    assert client.get("/v1/memories/1", headers=A).json() == before
+
+
+def test_search_query_not_utf8_is_never_a_5xx(client: TestClient) -> None:
+    # Percent-decoding reads bytes that are not UTF-8 as U+FFFD: no lone surrogate gets in.
+    response = client.get("/v1/search?q=%ED%A0%80&meta=k%3D%FF", headers=A)
+
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
     ("method", "path", "status"),
     [
         ("GET", "/v1/memories/abc", 422),
@@ -538,16 +602,18 @@ def test_malformed_path_or_method_json_error(
 # -- fuzzing: no input may cause a 5xx or a write when rejected -----------------------------------
 
 _text = st.text(max_size=40)
+# Bodies are JSON: a lone surrogate ("\ud800") is text they can carry, the query string is not.
+_body_text = st.text(st.characters(exclude_categories=()), max_size=40)
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _text,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _body_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_body_text, inner, max_size=4),
     max_leaves=12,
 )
 _field = st.sampled_from(
     ["content", "type", "timestamp", "tags", "importance", "metadata", "external_id",
      "session_id", "pinned", "role", "idempotency_key"]
 )  # fmt: skip
-_memory_like = st.dictionaries(_field, _json | _text, max_size=6)
+_memory_like = st.dictionaries(_field, _json | _body_text, max_size=6)
 _bodies = st.one_of(
     st.binary(max_size=64).map(lambda b: ("raw", b)),
     _json.map(lambda v: ("json", v)),
