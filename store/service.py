@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -33,6 +34,20 @@ from store.write import edits
 from store.write.forget import ForgetSelection
 from store.write.reinforcement import Reinforcer
 from store.write.writer import AddResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forgot(edits.ForgetResult):
+    """A forget's result, and whether the vector index has let the memories go yet.
+
+    ``index_pending``: SQL (the truth) erased them, but the vector index could not take them
+    out yet (unreachable, written by another process, being rebuilt): their outbox entries stay,
+    and the next index sync deletes them. ``warning`` says so, or that compacting Chroma's files
+    failed, for the CLI, the API and the console to show.
+    """
+
+    index_pending: bool = False
+    warning: str | None = None
 
 
 class Store:
@@ -243,13 +258,40 @@ class Store:
         now: datetime,
         by: str | None = None,
         dry_run: bool = False,
-    ) -> edits.ForgetResult:
+    ) -> Forgot:
         """Erase memories everywhere, irreversibly (see store.write.forget): this process's lexical
-        index and the saved ones drop them at once, other processes' at their next search."""
+        index and the saved ones drop them at once, other processes' at their next search; the
+        vector index drops them before this returns (``Indexer.erase``), or says in the result
+        that the next index sync will."""
         result = edits.forget(self.db.writer, namespace, selection, now=now, by=by, dry_run=dry_run)
-        if not dry_run:
-            self.lexical.erase(namespace, SqlLexicalSource(self.db.search))
-        return result
+        if dry_run:
+            return Forgot(record_id=result.record_id, plan=result.plan)
+        self.lexical.erase(namespace, SqlLexicalSource(self.db.search))
+        pending, warning = self._erase_vectors(namespace, sorted(result.plan.ids))
+        return Forgot(
+            record_id=result.record_id, plan=result.plan, index_pending=pending, warning=warning
+        )
+
+    def _erase_vectors(self, namespace: str, ids: list[int]) -> tuple[bool, str | None]:
+        """Drop erased memories from the vector index now (``Indexer.erase``); return whether
+        that is left to the next index sync, and what to tell the person (None: nothing)."""
+        if not ids:
+            return False, None
+        try:
+            erased = self.indexer.erase(namespace, ids)
+        except (VectorIndexError, EmbedderError) as exc:
+            self.index_status.failed(exc)
+            why = str(exc)
+        else:
+            if erased.pending is None:
+                return False, erased.compaction_failed
+            why = erased.pending
+        warning = (
+            f"erased from the database, but not yet from the vector index ({why}): "
+            "the next index sync removes them"
+        )
+        logger.warning("forget of {} memories in namespace {!r}: {}", len(ids), namespace, warning)
+        return True, warning
 
     def close(self) -> None:
         """Write pending recalls, wait for searches' vector queries in flight, release the

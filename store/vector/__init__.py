@@ -1,5 +1,6 @@
 """The vector index: the embedder, one Chroma collection per namespace (``index``), the outbox
-applied to it and rebuilds (``indexer``), and what is known of its health (``health``).
+applied to it and rebuilds (``indexer``), what is known of its health (``health``), and what an
+erasure does to an embedded Chroma's files (``compaction``, ``segments``).
 
 Derived from SQL, rebuildable from it. Imports values, ``store.reads``, ``store.database`` and
 ``store.coordination``; never the lexical index.

@@ -36,6 +36,11 @@ def delete_ids(collection: Collection, *, ids: list[str]) -> None:
     collection.delete(ids=ids)
 
 
+def held_ids(collection: Collection, *, ids: list[str]) -> list[str]:
+    """Return those of ``ids`` the collection holds (a read back, nothing else fetched)."""
+    return collection.get(ids=ids, include=[])["ids"]
+
+
 def nearest(
     collection: Collection,
     *,

@@ -66,6 +66,14 @@ def describe_target(client: ClientAPI) -> str:
     return "the in-memory Chroma database"
 
 
+def embedded_path(client: ClientAPI) -> Path | None:
+    """Return the directory of an embedded (persistent) Chroma; None for a server or memory."""
+    settings = client.get_settings()
+    if settings.chroma_server_host or not settings.is_persistent:
+        return None
+    return Path(settings.persist_directory)
+
+
 def _persistent_client(path: Path, settings: Settings) -> ClientAPI:
     try:
         return chromadb.PersistentClient(path=path, settings=settings)

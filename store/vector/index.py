@@ -38,6 +38,7 @@ from store.vector.calls import (
     VectorHit,
     count_vectors,
     delete_ids,
+    held_ids,
     hits_of,
     int_field,
     memory_id_of,
@@ -49,6 +50,7 @@ from store.vector.chroma import (
     IncompatibleCollection,
     VectorIndexError,
     describe_target,
+    embedded_path,
     open_client,
 )
 from store.vector.filters import filter_fields, where_of
@@ -201,6 +203,21 @@ class VectorIndex:
             action = f"deleting memories from namespace {namespace!r}"
             for slot in slots:
                 self._call(namespace, action, delete, create=False, slot=slot)
+
+    def held(self, namespace: str, memory_ids: Sequence[int], *, slot: str = LIVE) -> list[int]:
+        """Return those of these memories the slot's collection holds, read back from Chroma
+        (what confirms a delete)."""
+        ids = [str(memory_id) for memory_id in sorted(set(memory_ids))]
+        found: list[str] = []
+        for start in range(0, len(ids), limit := self._batch_limit()):
+            read = partial(held_ids, ids=ids[start : start + limit])
+            found += self._call(namespace, "reading back", read, create=False, slot=slot) or []
+        return sorted(map(memory_id_of, found))
+
+    @property
+    def path(self) -> Path | None:
+        """The directory of an embedded Chroma; None for a server."""
+        return embedded_path(self._client)
 
     def query(
         self,

@@ -9,6 +9,11 @@ collection is complete it replaces the old one and the row goes. Outbox entries 
 being rebuilt reach both collections, so neither misses a change made meanwhile; a rebuild cut
 short anywhere is resumed where its row says, and until it is done the row tells every reader
 that the namespace's vectors are incomplete.
+
+An erasure (a forget) does not wait for the next sync: ``erase`` drops the memories' vectors at
+once, reads them back to confirm, and compacts an embedded Chroma (``store.vector.compaction``)
+so that no byte of them stays in its files. A sync that drops vectors of memories SQL no longer
+has (a forget whose erase could not reach the index) and a finished rebuild compact it too.
 """
 
 from __future__ import annotations
@@ -27,19 +32,27 @@ from store.coordination.rebuilds import COPYING, RebuildMark
 from store.database import Database
 from store.errors import IndexBusy
 from store.kinds import MemoryStatus
+from store.vector.compaction import Compacted, CompactionFailed, compact
 from store.vector.health import IndexStatus
-from store.vector.index import LIVE, NEXT, IndexItem, VectorIndex
+from store.vector.index import LIVE, NEXT, IndexItem, VectorIndex, VectorIndexError
+from store.vector.segments import scrub, segment_dirs
 
 Progress = Callable[[int], None]
 
 SYNC_LEASE = "index-sync"
 SYNC_LEASE_SECONDS = 300.0  # renewed after every batch
 SYNC_WAIT_SECONDS = 60.0  # how long a second writer waits for the first to finish
+# How long an erasure waits for another writer: a person waits on it; past that the outbox
+# entries stay, and whoever holds the lease applies them (and compacts) at its next sync.
+ERASE_WAIT_SECONDS = 10.0
+# Outbox entries of the namespace read to find an erasure's own (to remove them once applied);
+# any beyond are applied again, harmlessly, by the next sync.
+_ERASURE_SCAN = 10_000
 
 
-def _take(lease: Lease, *, step: float = 0.2) -> bool:
-    """Take the lease, waiting (at most SYNC_WAIT_SECONDS) while another process holds it."""
-    deadline = time.monotonic() + SYNC_WAIT_SECONDS
+def _take(lease: Lease, wait: float, *, step: float = 0.2) -> bool:
+    """Take the lease, waiting (at most ``wait`` seconds) while another process holds it."""
+    deadline = time.monotonic() + wait
     while True:
         try:
             lease.acquire()
@@ -64,6 +77,16 @@ class Drift:
         return not (self.missing or self.extra or self.stale)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Erased:
+    """What ``Indexer.erase`` did: the vectors are gone from the index (read back to confirm)
+    unless ``pending`` says why not yet; ``compacted`` is None for a Chroma server."""
+
+    pending: str | None = None  # why the vectors may still be there: the next sync removes them
+    compacted: Compacted | None = None
+    compaction_failed: str | None = None  # the vectors are gone, but their bytes may remain
+
+
 @dataclass
 class Indexer:
     db: Database
@@ -74,6 +97,11 @@ class Indexer:
     # a chance to refresh itself after every batch of a long sync.
     status: IndexStatus | None = None
     applied: int = field(default=0, init=False)
+    # Set when vectors of memories SQL no longer holds were deleted, or a collection replaced:
+    # the writer holding the lease compacts an embedded Chroma before it lets go.
+    _compact_due: bool = field(default=False, init=False)
+    # HNSW segment directories this process zeroed the unused slots of (store.vector.segments).
+    _scrubbed: set[str] = field(default_factory=set, init=False)
 
     def sync(self, *, limit: int | None = None, progress: Progress | None = None) -> int:
         """Finish the pending rebuilds, then apply pending outbox entries, in batches; return
@@ -98,8 +126,47 @@ class Indexer:
                 done += sum(self._rebuild(mark, self._left(limit, done), progress, lease))
             if limit is None or done < limit:
                 done += self._drain(self._left(limit, done), progress, lease)
+            self._compact_if_due(lease)
+            if done:
+                self._scrub_new_segments()
         self.applied += done
         return done
+
+    def erase(self, namespace: str, memory_ids: Sequence[int]) -> Erased:
+        """Drop the vectors of memories just erased from SQL (a forget) now: from every
+        collection of the namespace a change goes to, confirmed by reading them back; remove
+        their outbox entries; then compact an embedded Chroma so that their bytes go too.
+
+        Raise VectorIndexError if Chroma fails or still holds one of them: their outbox entries
+        stay, and the next sync deletes them (and compacts). If another process keeps writing
+        the index for ERASE_WAIT_SECONDS, return ``pending``: that process does it.
+        """
+        ids = sorted(set(memory_ids))
+        with self._writing(wait=ERASE_WAIT_SECONDS) as lease:
+            if lease is None:
+                return Erased(pending="another process keeps writing the vector index")
+            slots = self._slots(namespace, self.db.rebuilds.pending())
+            if not slots:  # the collection in place is being replaced by one not made yet
+                return Erased(pending="the namespace's vector index is being rebuilt")
+            self.index.delete(namespace, ids, slots=slots)
+            for slot in slots:
+                left = self.index.held(namespace, ids, slot=slot)
+                if left:
+                    raise VectorIndexError(
+                        f"memories {left} of namespace {namespace!r} are still in the vector "
+                        "index after their delete"
+                    )
+            wanted = set(ids)
+            entries = self.db.work.outbox(limit=len(ids) + _ERASURE_SCAN, namespace=namespace)
+            self.db.writer.ack_outbox([entry.id for entry in entries if entry.memory_id in wanted])
+            lease.renew()
+            self._compact_due = False  # done now, with what it says
+            try:
+                compacted = self._compact()
+            except CompactionFailed as exc:
+                logger.warning("{}", exc)
+                return Erased(compaction_failed=str(exc))
+        return Erased(compacted=compacted)
 
     def request_rebuild(self, namespaces: Sequence[str]) -> None:
         """Ask for a rebuild of these namespaces, in one transaction; one already asked for
@@ -123,6 +190,7 @@ class Indexer:
             if mark is None:  # finished by another process while this one waited
                 return 0
             copied, _ = self._rebuild(mark, None, progress, lease)
+            self._compact_if_due(lease)
             return copied
 
     def pending_rebuilds(self) -> Mapping[str, RebuildMark]:
@@ -169,6 +237,7 @@ class Indexer:
             self.db.rebuilds.restart(namespace, total=total, now=self.clock())
             return copied, drained
         self.db.rebuilds.finish([namespace])
+        self._compact_due = True  # the replaced collection's rows and directory
         logger.info("vector index of namespace {!r} rebuilt", namespace)
         if self.status is not None:
             self.status.refresh()
@@ -232,6 +301,8 @@ class Indexer:
         gone = sorted(set(ids) - {row.id for row in active})
         if gone:
             self.index.delete(namespace, gone, slots=slots)
+            # Rows erased from SQL (a forget, a purge): their bytes go from Chroma's files too.
+            self._compact_due |= len(rows) < len(set(ids))
         if active:
             self.index.upsert(
                 namespace,
@@ -239,16 +310,54 @@ class Indexer:
                 slots=slots,
             )
 
+    def _compact_if_due(self, lease: Lease) -> None:
+        """Compact an embedded Chroma if vectors of erased memories or a replaced collection
+        went since the last time; a failure is logged (the next erasure compacts it all)."""
+        if not self._compact_due:
+            return
+        self._compact_due = False
+        lease.renew()
+        try:
+            compacted = self._compact()
+        except CompactionFailed as exc:
+            logger.warning("{}", exc)
+            return
+        if compacted is not None:
+            logger.info("vector index compacted: {}", compacted)
+
+    def _scrub_new_segments(self) -> None:
+        """Zero what Chroma wrote of its heap into a collection's HNSW files when it created
+        them (``store.vector.segments``), once per directory and process: the index is written
+        here alone meanwhile (the lease). A failure is logged: compaction does it again."""
+        path = self.index.path
+        if path is None:
+            return
+        try:
+            for segment in segment_dirs(path):
+                if segment.name not in self._scrubbed:
+                    scrub(segment)
+                    self._scrubbed.add(segment.name)
+        except OSError as exc:
+            logger.warning("zeroing the unused part of the vector index's files failed: {}", exc)
+
+    def _compact(self) -> Compacted | None:
+        """Compact an embedded Chroma so that what was deleted from it leaves no byte in its
+        files; None for a server, whose operator does that (docs/operations.md). Raise
+        CompactionFailed."""
+        path = self.index.path
+        return None if path is None else compact(path)
+
     @contextmanager
-    def _writing(self) -> Iterator[Lease | None]:
-        """Hold the index's write lease for the block; None if another process kept it."""
+    def _writing(self, wait: float | None = None) -> Iterator[Lease | None]:
+        """Hold the index's write lease for the block; None if another process kept it for
+        ``wait`` seconds (SYNC_WAIT_SECONDS by default)."""
         lease = Lease(
             self.db.engine,
             holder=holder_id(),
             ttl=timedelta(seconds=SYNC_LEASE_SECONDS),
             name=SYNC_LEASE,
         )
-        if not _take(lease):
+        if not _take(lease, SYNC_WAIT_SECONDS if wait is None else wait):
             yield None
             return
         try:

@@ -2,7 +2,9 @@
 
 On SQLite: no file under the data dir (the database after its checkpoint, its log, the embedded
 Chroma directory, the saved lexical index) holds them. On PostgreSQL: a pg_dump of the store does
-not. The lexical index holds words lowercased and stemmed, so those are looked for too.
+not. The lexical index holds words lowercased and stemmed, so those are looked for too. Chroma
+holds the memory's tags and metadata (not its content): the sentence's words are put there too,
+and the forget alone, with no index sync after it, takes them out of Chroma's files.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ SECRET = "Quillon Vantabrisk keeps the spare key under the blue heron statue"
 # The words of SECRET no other text has, as the lexical index keeps them.
 STEMS = (b"quillon", b"vantabrisk", b"heron")  # not "statu": "status" is in every schema
 OTHERS = ["walked the dog by the river", "bought a red bike on sale", "likes jasmine tea"]
+# What the memory's tags and metadata say, which Chroma keeps beside its vector.
+TAG = "Quillon Vantabrisk"
+PLACE = "the blue heron statue of Vantabrisk"
 
 
 def _fill(store: Store) -> int:
@@ -43,15 +48,20 @@ def _fill(store: Store) -> int:
         now=NOW,
     ).ids
     extract = CreateMemory(
-        key="m", content=SECRET, type="fact", event_time=NOW, metadata={"source_log_ids": [line]}
+        key="m",
+        content=SECRET,
+        type="fact",
+        event_time=NOW,
+        metadata={"source_log_ids": [line], "place": PLACE},
     )
     made = store.db.writer.apply("ns", "extractor", [extract], now=NOW)
     _, operations = store.db.records.get(made.record_id)  # type: ignore[arg-type]
     memory_id = operations[0].target_id
     # An edit leaves images of the text in its record; a search warms the lexical cache.
-    store.edit("ns", memory_id, {"tags": ["home"]}, now=NOW)
+    store.edit("ns", memory_id, {"tags": ["home", TAG]}, now=NOW)
     store.indexer.sync()
     assert _found(store) == [memory_id]
+    assert _files_holding(store.settings.chroma_path, b"Vantabrisk")  # Chroma's metadata
     return memory_id
 
 
@@ -63,8 +73,11 @@ def _found(store: Store) -> list[int]:
 def _forget(store: Store, memory_id: int) -> None:
     result = store.forget("ns", ForgetSelection(ids=(memory_id,), logs=True), now=NOW, by="test")
     assert result.plan.logs  # the line it was extracted from goes too
-    store.indexer.sync()
+    assert (result.index_pending, result.warning) == (False, None)
+    assert store.db.work.outbox_size() == 0  # the vector index took it: no sync needed
     assert memory_id not in _found(store)
+    # While the store is still open, Chroma's files hold none of it either.
+    assert _files_holding(store.settings.chroma_path, b"Vantabrisk") == []
 
 
 @pytest.fixture
