@@ -130,10 +130,30 @@ def delete(ctx: Context, memory_id: int, namespace: str, expected: int | None) -
 @click.option("--until", help="Every memory whose event time is before this ISO time.")
 @click.option("--meta", multiple=True, help="KEY=VALUE: every memory with this metadata.")
 @click.option("--all", "everything", is_flag=True, help="Every memory of the namespace.")
-@click.option("--logs", is_flag=True, help="Also the conversation log lines they came from.")
+@click.option(
+    "--logs",
+    is_flag=True,
+    help="Also the conversation log lines they came from (with --all: every line).",
+)
+@click.option("--session", "sessions", multiple=True, help="Log lines of this session (repeat).")
+@click.option("--log-since", help="Log lines whose timestamp is at or after this ISO time.")
+@click.option("--log-until", help="Log lines whose timestamp is before this ISO time.")
+@click.option("--key", "keys", multiple=True, help="The log line with this idempotency key.")
+@click.option(
+    "--match",
+    "matches",
+    multiple=True,
+    help="Log lines whose text holds this, in any case (repeatable: any of them).",
+)
 @click.option("--dry-run", is_flag=True, help="List what would be erased; erase nothing.")
 @click.option("--yes", is_flag=True, help="Erase without asking (scripts).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was (or would be) erased.")
+@click.option(
+    "--compact",
+    is_flag=True,
+    help="Then rewrite the database's files, as `secretary db compact` does: on PostgreSQL"
+    " VACUUM FULL, which locks each table while it runs (a maintenance window).",
+)
 @pass_context
 def forget(
     ctx: Context,
@@ -147,43 +167,74 @@ def forget(
     meta: tuple[str, ...],
     everything: bool,
     logs: bool,
+    sessions: tuple[str, ...],
+    log_since: str | None,
+    log_until: str | None,
+    keys: tuple[str, ...],
+    matches: tuple[str, ...],
     dry_run: bool,
     yes: bool,
     as_json: bool,
+    compact: bool,
 ) -> None:
-    """Erase memories everywhere, for good: an erasure request ("forget that").
+    """Erase memories and conversation lines everywhere, for good: an erasure request.
 
     The memories go from the database, every maintenance record's images, the vector and
     lexical indexes (and, with --logs, the conversation lines they were extracted from), with
     what holds the same content: duplicates merged into them, what they were merged into, and
-    summaries and traits derived from them. What remains is an erasure record with ids, content
-    hashes, who and when, never the text. Undo cannot bring it back.
+    summaries and traits derived from them. --all --logs erases every memory and every
+    conversation line of the namespace.
+
+    Conversation lines are chosen by --session, --log-since/--log-until, --key and --match:
+    the lines that meet all of them (an option given twice: either value). The memories
+    extracted from those lines go with them, and no job can extract them again.
+
+    What remains is an erasure record with ids, content hashes, who and when, never the text.
+    Undo cannot bring it back. On PostgreSQL the erased rows' bytes stay in the table files
+    until they are rewritten: --compact does it after the forget (see `secretary db compact`).
 
     \b
     Examples:
       secretary forget 42 --dry-run
       secretary forget --external-id chat-7:12 --logs --yes
       secretary forget --tag health --yes
-      secretary forget --all -n old-agent --yes
+      secretary forget --all --logs -n old-agent --yes
+      secretary forget --session chat-7 --log-since 2026-05-01T00:00Z --dry-run
+      secretary forget --match "Jordan" --yes
     """
     from store.errors import ValidationFailed
-    from store.requests import search_filters
-    from store.write.forget import ForgetSelection
+    from store.requests import lone_surrogate, search_filters
+    from store.write.forget import ForgetSelection, log_filter
+
+    for external_id in external_ids:
+        if (problem := lone_surrogate(external_id)) is not None:
+            raise click.BadParameter(problem, param_hint="--external-id")
 
     try:
         filters = search_filters(types=types, tags=tags, since=since, until=until, meta=meta)
     except ValidationFailed as exc:
         where, what = exc.problems[0]
         raise click.BadParameter(what, param_hint=f"--{where.split('.')[0]}") from None
+    try:
+        lines = log_filter(
+            sessions=sessions, since=log_since, until=log_until, keys=keys, match=matches
+        )
+    except ValidationFailed as exc:
+        where, what = exc.problems[0]
+        raise click.BadParameter(what, param_hint=_LINE_OPTIONS[where.split(".")[0]]) from None
     selection = ForgetSelection(
         ids=memory_ids,
         external_ids=external_ids,
         filters=None if filters.empty else filters,
         everything=everything,
         logs=logs,
+        log_filter=None if lines.empty else lines,
     )
     if selection.empty:
-        raise click.UsageError("name what to forget: ids, --external-id, a filter, or --all")
+        raise click.UsageError(
+            "name what to forget: ids, --external-id, a filter, log lines (--session,"
+            " --log-since, --log-until, --key, --match), or --all"
+        )
     with _store(ctx, namespace=namespace) as store:
         plan = store.forget(namespace, selection, now=utc_now(), dry_run=True).plan
         if not plan.memories and not plan.logs:
@@ -196,7 +247,28 @@ def forget(
             raise click.exceptions.Exit(1)
         result = store.forget(namespace, selection, now=utc_now(), by="cli")
         _index(store, quiet=as_json)
-    _show(result.plan, as_json, done=result.record_id)
+        if compact:
+            from store.db import compact as compact_database
+
+            done = compact_database(store.engine)
+            click.echo(f"compacted the {done.backend} database", err=as_json)
+    _show(
+        result.plan,
+        as_json,
+        done=result.record_id,
+        pending=getattr(result, "index_pending", False),
+        warning=getattr(result, "warning", None),
+    )
+
+
+# The option that gives each field of a log filter.
+_LINE_OPTIONS = {
+    "session": "--session",
+    "since": "--log-since",
+    "until": "--log-until",
+    "key": "--key",
+    "match": "--match",
+}
 
 
 def _confirmed(plan: Any) -> bool:
@@ -211,12 +283,28 @@ def _confirmed(plan: Any) -> bool:
     return False
 
 
-def _show(plan: Any, as_json: bool, *, done: int | None, asking: bool = False) -> None:
+def _show(
+    plan: Any,
+    as_json: bool,
+    *,
+    done: int | None,
+    asking: bool = False,
+    pending: bool = False,
+    warning: str | None = None,
+) -> None:
+    if warning is not None:  # erased in SQL, not (yet) from the vector index's files
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
-        click.echo(json.dumps({**plan.as_json(), "record_id": done}, indent=2))
+        extra = {"index_pending": pending, "warning": warning} if done is not None else {}
+        click.echo(json.dumps({**plan.as_json(), "record_id": done, **extra}, indent=2))
         return
     for memory in plan.memories:
         click.echo(f"  #{memory.id} ({memory.why})")
+    by_why: dict[str, list[int]] = {}
+    for line in plan.lines:
+        by_why.setdefault(line.why, []).append(line.id)
+    for why, ids in by_why.items():
+        click.echo(f"  log lines {_spans(ids)} ({why})")
     counts = (
         f"{len(plan.memories)} memories, {len(plan.relations)} relations, "
         f"{len(plan.logs)} log lines"
@@ -227,6 +315,17 @@ def _show(plan: Any, as_json: bool, *, done: int | None, asking: bool = False) -
         click.echo(f"this forgets {counts}, for good")
     else:
         click.echo(f"would forget {counts}; nothing erased (dry run)")
+
+
+def _spans(ids: list[int]) -> str:
+    """Given sorted ids, return them as runs: "#1-#4, #9"."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"#{r[0]}" if len(r) == 1 else f"#{r[0]}-#{r[-1]}" for r in runs)
 
 
 def _index(store: Any, *, quiet: bool) -> None:

@@ -248,6 +248,8 @@ class _Run:
                 stats["plan"] = plan_stats(db, kept, base_state=db.work.job_state(name, namespace))
             record_id = self._record(ctx, Outcome.REFUSED, stats)
             message = f"{refusal}; kept as plan #{record_id}: `secretary plans approve {record_id}`"
+            if (stale := self._overtaken(ctx, record_id)) is not None:
+                message = f"{refusal}; {stale}: record #{record_id} keeps no plan to approve"
             return make_outcome(name, namespace, "refused", message, record_id, stats, kept)
         if self.dry_run:
             return make_outcome(name, namespace, "planned", "dry run", None, stats, kept)
@@ -257,6 +259,9 @@ class _Run:
             base = db.work.job_state(name, namespace)
             stats["plan"] = plan_stats(db, kept, base_state=base)
             record_id = self._record(ctx, Outcome.PLANNED, stats)
+            if (stale := self._overtaken(ctx, record_id)) is not None:
+                message = f"{stale}: refused, record #{record_id} keeps no plan to approve"
+                return make_outcome(name, namespace, "refused", message, record_id, stats, kept)
             message = f"{len(kept.changes)} change(s) await `secretary plans approve {record_id}`"
             return make_outcome(name, namespace, "planned", message, record_id, stats, kept)
         info = RecordInfo(stats=stats, finished_at=self._end_time(), **ctx.llm.record_info())
@@ -431,6 +436,17 @@ class _Run:
         if applied.record_id is not None:
             self.records.append(applied.record_id)
         return applied.record_id
+
+    def _overtaken(self, ctx: JobContext, record_id: int | None) -> str | None:
+        """What the writer noted of a stored plan that a forget overtook while the job planned
+        (``store.write.stale``: the changes naming what was erased are dropped); None if the
+        plan stands as stored."""
+        if record_id is None:
+            return None
+        record, _ = ctx.db.records.get(record_id)
+        if record.stats.get("refused_by") != "forget":
+            return None
+        return str(record.stats.get("stale", "a forget erased what it named"))
 
     def _save_health(self, health: Mapping[str, Any]) -> None:
         self.store.db.writer.apply(self.namespace, self.job.name, (), now=self.now, health=health)

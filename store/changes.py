@@ -1,6 +1,7 @@
 """Change kinds: what one recorded operation did, in the words an operator reads.
 
-An operation is ``create|update|delete`` of a ``memory|relation``; an update of a memory is named
+An operation is ``create|update|delete`` of a ``memory|relation|log`` (a conversation line, which
+only an ingest's update and its undo change: ``logs_updated``); an update of a memory is named
 by what it changed: its status (merged, superseded, archived, reactivated), its content
 (updated), or only its place in the timeline (relinked, when a neighbour left or arrived). The
 record list counts kinds from grouped columns of the operations (``store.reads.records``), the
@@ -27,6 +28,9 @@ KINDS = (
     "relations_created",
     "relations_updated",
     "relations_deleted",
+    "logs_created",
+    "logs_updated",
+    "logs_deleted",
 )
 _PAST = {"create": "created", "update": "updated", "delete": "deleted"}
 _RETIRED = {status.value for status in MemoryStatus} - {MemoryStatus.ACTIVE.value}
@@ -43,8 +47,8 @@ def change_kind(
     """Given an operation's name and the status and version in its images, return its kind."""
     action, _, target = op.partition("_")
     past = _PAST.get(action, action)
-    if target == "relation":
-        return f"relations_{past}"
+    if target in ("relation", "log"):
+        return f"{target}s_{past}"
     if action != "update":
         return past
     if status_before != status_after:

@@ -1,4 +1,9 @@
-"""Row images: plain JSON-able snapshots of rows, for maintenance records, undo and export."""
+"""Row images: plain JSON-able snapshots of rows, for maintenance records, undo and export.
+
+Memories and relations are imaged whenever a record changes them; a conversation log line only
+when an ingest updates it (``on_conflict="update"``): new lines are the daemon's input, not a
+change to undo.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Mapper
 
 from store.clock import parse_timestamp
-from store.models import Memory, MemoryRelation
+from store.models import ConversationLog, Memory, MemoryRelation
 
 # Fields that describe what a memory *is*; a change to any of them bumps `version` and means the
 # vector index must re-embed it. Links and access statistics are not among them.
@@ -28,7 +33,9 @@ CONTENT_FIELDS = frozenset(
 )
 
 
-def _column_keys(model: type[Memory] | type[MemoryRelation]) -> list[tuple[str, str]]:
+def _column_keys(
+    model: type[Memory] | type[MemoryRelation] | type[ConversationLog],
+) -> list[tuple[str, str]]:
     """Return (attribute, column name) pairs of a model, in table order."""
     mapper: Mapper[Any] = sa_inspect(model)
     return [(attr.key, attr.columns[0].name) for attr in mapper.column_attrs]
@@ -36,7 +43,9 @@ def _column_keys(model: type[Memory] | type[MemoryRelation]) -> list[tuple[str, 
 
 MEMORY_COLUMNS = _column_keys(Memory)
 RELATION_COLUMNS = _column_keys(MemoryRelation)
+LOG_COLUMNS = _column_keys(ConversationLog)
 _DATETIME_FIELDS = {"last_accessed", "event_time", "created_at", "updated_at"}
+_LOG_DATETIME_FIELDS = {"timestamp", "created_at"}
 
 
 def _plain(value: Any) -> Any:
@@ -58,6 +67,11 @@ def relation_image(relation: MemoryRelation) -> dict[str, Any]:
     return {column: _plain(getattr(relation, attr)) for attr, column in RELATION_COLUMNS}
 
 
+def log_image(log: ConversationLog) -> dict[str, Any]:
+    """Return every column of a conversation log line as JSON-able data."""
+    return {column: _plain(getattr(log, attr)) for attr, column in LOG_COLUMNS}
+
+
 def memory_values(image: dict[str, Any]) -> dict[str, Any]:
     """Given a memory image, return attribute values ready to set on a Memory."""
     values: dict[str, Any] = {}
@@ -73,3 +87,11 @@ def relation_values(image: dict[str, Any]) -> dict[str, Any]:
     values = {attr: image[column] for attr, column in RELATION_COLUMNS}
     values["created_at"] = parse_timestamp(image["created_at"])
     return values
+
+
+def log_values(image: dict[str, Any]) -> dict[str, Any]:
+    """Given a log line's image, return attribute values ready to set on a ConversationLog."""
+    return {
+        attr: parse_timestamp(image[column]) if column in _LOG_DATETIME_FIELDS else image[column]
+        for attr, column in LOG_COLUMNS
+    }

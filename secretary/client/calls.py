@@ -97,6 +97,16 @@ class ForgetFilter(Filters, total=False):
     metadata: Mapping[str, str | int | float | bool | None]
 
 
+class LogFilter(TypedDict, total=False):
+    """Conversation log lines matching every field given (a list: any one of its values)."""
+
+    sessions: Sequence[str]
+    since: Moment  # timestamp at or after
+    until: Moment  # timestamp before
+    keys: Sequence[str]  # idempotency keys
+    match: Sequence[str]  # the text holds one, in any case
+
+
 class RecordOptions(TypedDict, total=False):
     namespace: str
     job: str
@@ -288,12 +298,18 @@ class Calls:
         filter: ForgetFilter | None = None,
         all: bool = False,
         logs: bool = False,
+        log_filter: LogFilter | None = None,
         dry_run: bool = False,
         namespace: str | None = None,
     ) -> Call[ForgetResult]:
         body: dict[str, Any] = {"ids": list(ids), "external_ids": list(external_ids)}
         if filter is not None:
             body["filter"] = dict(filter)
+        if log_filter is not None:
+            body["log_filter"] = {
+                name: list(value) if isinstance(value, list | tuple) else value
+                for name, value in log_filter.items()
+            }
         body.update(all=all, logs=logs, dry_run=dry_run)
         return Call(
             method="POST",

@@ -131,7 +131,8 @@ class ForgetResult:
     record_id: int | None  # the erasure record; None for a dry run
     memories: tuple[Forgotten, ...]
     relations: int
-    logs: int
+    logs: int  # how many conversation log lines
+    log_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,7 @@ from secretary.client.calls import (
     Calls,
     ForgetFilter,
     ListOptions,
+    LogFilter,
     MemoryChanges,
     MemoryFields,
     OnConflict,
@@ -161,10 +162,13 @@ class SecretaryClient:
         filter: ForgetFilter | None = None,
         all: bool = False,
         logs: bool = False,
+        log_filter: LogFilter | None = None,
         dry_run: bool = False,
         namespace: str | None = None,
     ) -> ForgetResult:
-        """Erase memories everywhere, irreversibly; ``dry_run`` lists what would go."""
+        """Erase memories and conversation log lines everywhere, irreversibly (``log_filter``
+        names lines, which take the memories extracted from them along); ``dry_run`` lists
+        what would go."""
         return self.send(
             self.calls.forget(
                 ids=ids,
@@ -172,6 +176,7 @@ class SecretaryClient:
                 filter=filter,
                 all=all,
                 logs=logs,
+                log_filter=log_filter,
                 dry_run=dry_run,
                 namespace=namespace,
             )

@@ -1,6 +1,7 @@
-"""The MCP tools: search, add, get, list, update, delete and forget memories, and list the
-caller's namespaces. Each tool is one call of the Python client; what the API refuses comes
-back as a tool error with the API's message and problems, never as a crash.
+"""The MCP tools: search, add, get, list, update, delete and forget memories (and conversation
+log lines), and list the caller's namespaces. Each tool is one call of the Python client; what
+the API refuses comes back as a tool error with the API's message and problems, never as a
+crash.
 
 ``add_tools(server, connect)`` registers them; ``connect(ctx)`` returns the client for the
 caller of this request (the front end decides whose key that is).
@@ -17,7 +18,14 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from secretary.client.aio import AsyncSecretaryClient
-from secretary.client.calls import Filters, ForgetFilter, ListOptions, MemoryChanges, SearchOptions
+from secretary.client.calls import (
+    Filters,
+    ForgetFilter,
+    ListOptions,
+    LogFilter,
+    MemoryChanges,
+    SearchOptions,
+)
 from secretary.client.errors import SecretaryError
 from secretary.client.models import (
     Deleted,
@@ -278,8 +286,31 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         until: Until = None,
         all_memories: Annotated[bool, Field(description="Every memory of the namespace.")] = False,
         logs: Annotated[
-            bool, Field(description="Also the conversation log lines they came from.")
+            bool,
+            Field(
+                description="Also the conversation log lines they came from (with "
+                "all_memories: every line of the namespace)."
+            ),
         ] = False,
+        sessions: Annotated[
+            list[str] | None, Field(description="Conversation log lines of these sessions.")
+        ] = None,
+        log_since: Annotated[
+            str | None,
+            Field(description="Conversation log lines timestamped at or after this ISO time."),
+        ] = None,
+        log_until: Annotated[
+            str | None,
+            Field(description="Conversation log lines timestamped before this ISO time."),
+        ] = None,
+        keys: Annotated[
+            list[str] | None,
+            Field(description="The conversation log lines with these idempotency keys."),
+        ] = None,
+        match: Annotated[
+            list[str] | None,
+            Field(description="Conversation log lines whose text holds one of these, any case."),
+        ] = None,
         confirm: Annotated[
             bool,
             Field(
@@ -290,10 +321,23 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         namespace: NamespaceArg = None,
     ) -> ForgetResult:
         """Erase memories everywhere, for good: text, history, index (an erasure request, "forget
-        that"). Cannot be undone. Call it first without confirm to see what would go, and only
-        with confirm=true once that is what the user asked for."""
+        that"). Conversation log lines go by sessions, log_since/log_until, keys and match (the
+        lines meeting all of those given), with the memories extracted from them. Cannot be
+        undone. Call it first without confirm to see what would go, and only with confirm=true
+        once that is what the user asked for."""
         chosen: ForgetFilter = {}
         _choose(chosen, types, tags, since, until)
+        lines: LogFilter = {}
+        if sessions:
+            lines["sessions"] = sessions
+        if log_since:
+            lines["since"] = log_since
+        if log_until:
+            lines["until"] = log_until
+        if keys:
+            lines["keys"] = keys
+        if match:
+            lines["match"] = match
         with refusals():
             return await connect(ctx).forget(
                 ids=ids or (),
@@ -301,6 +345,7 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
                 filter=chosen or None,
                 all=all_memories,
                 logs=logs,
+                log_filter=lines or None,
                 dry_run=not confirm,
                 namespace=namespace,
             )

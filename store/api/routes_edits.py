@@ -2,7 +2,7 @@
 
 An edit and a delete are records of their own (undoable, in the memory's history); send the
 version you read as ``If-Match`` to change only that version (409 otherwise). A forget erases
-content everywhere and cannot be undone; ``"dry_run": true`` lists what it would erase. Undo
+content (memories, log lines) for good; ``"dry_run": true`` lists what it would erase. Undo
 takes back any record of the key's namespaces (a job's run, an ingest, an edit, a delete).
 """
 
@@ -19,10 +19,10 @@ from store.api.responses import ERRORS, ErrorOut, MemoryDetailOut
 from store.api.routes_memories import memory_not_found, readable_namespace
 from store.errors import NotFound
 from store.requests import SearchFilters
-from store.schemas import MemoryPatch, Timestamp
+from store.schemas import NOT_BLANK, Key, MemoryPatch, Timestamp
 from store.shapes.memory import memory_json
 from store.write.edits import Edited, NotActive, VersionConflict
-from store.write.forget import ForgetSelection
+from store.write.forget import ForgetSelection, LogFilter
 from store.write.undo import AlreadyUndone, ForgetIsFinal, NothingToUndo, UndoConflict, undo
 
 CONFLICT: dict[int | str, dict[str, Any]] = {
@@ -102,8 +102,28 @@ class ForgetFilter(BaseModel):
         )
 
 
+class LogFilterIn(BaseModel):
+    """Conversation log lines meeting every field given (a list: any one of its values): of
+    these sessions, timestamped at or after ``since`` and before ``until``, with these
+    idempotency keys (404 for one not stored), whose text holds a ``match`` in any case."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sessions: list[Key] = Field(default_factory=list, max_length=1000)
+    since: Timestamp | None = None
+    until: Timestamp | None = None
+    keys: list[Key] = Field(default_factory=list, max_length=10_000)
+    match: list[Annotated[str, Field(max_length=1000, pattern=NOT_BLANK)]] = Field(
+        default_factory=list, max_length=100
+    )
+
+    def log_filter(self) -> LogFilter:
+        values: dict[str, Any] = {n: tuple(v) if isinstance(v, list) else v for n, v in self}
+        return LogFilter(**values)
+
+
 class ForgetIn(BaseModel):
-    """What to forget; name at least one of ids, external_ids, filter or all."""
+    """What to forget; name at least one of ids, external_ids, filter, log_filter or all."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -116,8 +136,9 @@ class ForgetIn(BaseModel):
     filter: ForgetFilter | None = None
     all: StrictBool = Field(default=False, description="Every memory of the namespace.")
     logs: StrictBool = Field(
-        default=False, description="Also the conversation log lines the memories came from."
+        default=False, description="Also the log lines the memories came from (all: every one)."
     )
+    log_filter: LogFilterIn | None = None  # lines, with what was extracted from them
     dry_run: StrictBool = Field(default=False, description="List what would go; erase nothing.")
 
     def selection(self) -> ForgetSelection:
@@ -127,6 +148,7 @@ class ForgetIn(BaseModel):
             filters=self.filter.filters() if self.filter is not None else None,
             everything=self.all,
             logs=self.logs,
+            log_filter=self.log_filter.log_filter() if self.log_filter is not None else None,
         )
 
 
@@ -142,6 +164,11 @@ class ForgetOut(BaseModel):
     memories: list[ForgottenOut]
     relations: int
     logs: int
+    log_ids: list[int]
+    # SQL erased them, but the vector index has not let them go yet (the next sync does);
+    # the warning says why.
+    index_pending: bool = False
+    warning: str | None = None
 
 
 class SkippedOut(BaseModel):
@@ -226,7 +253,7 @@ def add_edit_routes(app: FastAPI) -> None:
         "/v1/forget",
         response_model=ForgetOut,
         responses=ERRORS,
-        summary="Erase memories everywhere (an erasure request); cannot be undone",
+        summary="Erase memories and log lines everywhere (an erasure request); cannot be undone",
     )
     def forget(
         state: State, caller: Caller, request: ForgetIn, namespace: NamespaceParam = None
@@ -251,6 +278,9 @@ def add_edit_routes(app: FastAPI) -> None:
             ],
             "relations": len(plan.relations),
             "logs": len(plan.logs),
+            "log_ids": list(plan.logs),
+            "index_pending": getattr(result, "index_pending", False),
+            "warning": getattr(result, "warning", None),
         }
 
     @app.post(

@@ -1,4 +1,4 @@
-"""POST /v1/memories and /v1/logs: store one item or a batch, idempotently."""
+"""POST /v1/memories and /v1/logs: store items idempotently; updates are recorded, undoable."""
 
 import json
 import math

@@ -100,7 +100,7 @@ class LogLine(_Line):
 class OperationLine(_Line):
     seq: Annotated[int, Field(ge=0)]
     op: Annotated[str, Field(min_length=1, max_length=32)]
-    target_kind: Literal["memory", "relation"]
+    target_kind: Literal["memory", "relation", "log"]
     target_id: Id
     before: dict[str, Any] | None
     after: dict[str, Any] | None

@@ -139,6 +139,8 @@ class _Shift:
             return None
         if kind == "memory":
             return self.memory_image(image, namespace)
+        if kind == "log":  # a conversation line an ingest updated
+            return {**self._fields(image, ("id",)), "namespace": namespace}
         return self.relation_image(image, namespace)
 
     def memory_image(self, image: Mapping[str, Any], namespace: str) -> dict[str, Any]:

@@ -9,8 +9,9 @@ Entries, in this order: merges ("#12, #19 -> #31: <summary>"), supersedes, archi
 reactivations, new memories (a preference with its ``derived_from`` evidence is a trait),
 content updates (text before -> after, other fields below), deletions (retention's purge; an
 undo's removal of what its record created), relations created, removed or changed (with both
-ends' text), and one line for the memories whose timeline links moved (a neighbour arrived or
-left). An undo record is told the same way, with a header naming the record it undid.
+ends' text), conversation log lines an ingest updated (text before -> after, other fields
+below), and one line for the memories whose timeline links moved (a neighbour arrived or left).
+An undo record is told the same way, with a header naming the record it undid.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ SHOWN_CHARS = 120  # a text longer than this is cut in a line; the JSON keeps it
 NOT_KEPT = "(text not kept: purged or forgotten)"
 # Fields of a memory an update line mentions besides its content (links and statistics not).
 _FIELDS = ("type", "tags", "importance", "event_time", "metadata", "pinned", "session_id")
+# Fields of a conversation log line its entry mentions besides its text.
+_LINE_FIELDS = ("session_id", "role", "timestamp", "pair_id")
 _DERIVED_FROM = RelationType.DERIVED_FROM.value
 _TRAIT_TYPE = "preference"
 
@@ -191,6 +194,7 @@ class _Builder:
         self.texts = texts
         self.memories = [op for op in ops if op.target_kind == "memory"]
         self.relations = [op for op in ops if op.target_kind == "relation"]
+        self.lines = [op for op in ops if op.target_kind == "log"]
         self.kinds = {id(op): image_kind(op.op, op.before, op.after) for op in ops}
         self.created = {op.target_id: op for op in self.memories if op.before is None}
         self.folded: set[int] = set()  # relation operations told within another entry
@@ -208,6 +212,7 @@ class _Builder:
         entries += [self.updated(op) for op in self.of_kind("updated")]
         entries += [self.deleted(op) for op in self.of_kind("deleted")]
         entries += [self.relation(op) for op in self.relations if op.target_id not in self.folded]
+        entries += [self.log_line(op) for op in self.lines]
         relinked = [op.target_id for op in self.of_kind("relinked")]
         if relinked:
             shown = ", ".join(f"#{i}" for i in relinked)
@@ -345,6 +350,36 @@ class _Builder:
             line=f"{line}: {text}",
             ids=(memory_id,),
             data=data,
+        )
+
+    def log_line(self, op: OperationView) -> DiffEntry:
+        """A conversation log line an ingest updated (or an undo put back)."""
+        before, after = op.before or {}, op.after or {}
+        gone = bool(before.get("forgotten") or after.get("forgotten"))
+        changed = [name for name in _LINE_FIELDS if before.get(name) != after.get(name)]
+        line = f"log line #{op.target_id} {'put back' if self.undo else 'updated'}"
+        if gone:
+            line, changed = f"{line}: {NOT_KEPT}", []
+        elif before.get("content") != after.get("content"):
+            line += f": {_short(before.get('content'))} -> {_short(after.get('content'))}"
+        elif changed:
+            line += f" ({', '.join(changed)})"
+        return DiffEntry(
+            kind="log_updated",
+            line=line,
+            ids=(),
+            details=tuple(
+                f"{name}: {_short(before.get(name))} -> {_short(after.get(name))}"
+                for name in changed
+            ),
+            data={
+                "log_id": op.target_id,
+                "before": before.get("content"),
+                "after": after.get("content"),
+                "fields": {
+                    name: {"before": before.get(name), "after": after.get(name)} for name in changed
+                },
+            },
         )
 
     def relation(self, op: OperationView) -> DiffEntry:

@@ -143,13 +143,21 @@ def forget(
     by: str | None = None,
     dry_run: bool = False,
 ) -> ForgetResult:
-    """Erase the selected memories everywhere (see store.write.forget); irreversible.
+    """Erase the selected memories and conversation log lines everywhere (see
+    store.write.forget); irreversible.
 
     ``dry_run`` returns what would go and writes nothing. Raise ValidationFailed for an empty
-    selection, NotFound for an id or external id the namespace does not hold.
+    selection or a log filter that makes no sense (``since`` after ``until``, a blank value),
+    NotFound for an id, external id or idempotency key the namespace does not hold.
     """
     if selection.empty:
-        raise ValidationFailed([("selection", "name ids, external ids, a filter, or all")])
+        raise ValidationFailed(
+            [("selection", "name ids, external ids, a filter, log lines, or all")]
+        )
+    if selection.log_filter is not None:
+        problems = selection.log_filter.problems()
+        if problems:
+            raise ValidationFailed([(f"log_filter.{where}", what) for where, what in problems])
     if dry_run:
         with session_factory(writer.engine)() as session:
             return ForgetResult(record_id=None, plan=plan_forget(session, namespace, selection))

@@ -1,40 +1,67 @@
 """Forgetting: a person's erasure request, carried out everywhere the content lives.
 
-Unlike every other change, a forget removes content for good: the memories (and, if asked, the
-conversation log lines they came from), their relations, every maintenance record's images of
-them, and any text of theirs that other records quote (labels, verdicts, stored plans). The
-vector index drops them through the outbox; the lexical index follows the namespace revision.
-What remains is the erasure record: ids, content hashes, who asked and when, never the text.
+Unlike every other change, a forget removes content for good: the memories and conversation log
+lines it names (``store.write.forget_plan`` resolves the selection, with everything that holds
+the same content), their relations, every maintenance record's images of them, and any text of
+theirs that other records or the jobs' state quote (labels, verdicts, stored plans, a failed
+run's message). The vector index drops the memories through the outbox; the lexical index
+follows the namespace revision. What remains is the erasure record: ids, content hashes, who
+asked and when, never the text.
 
-Memories that hold the same content go too: those merged into a forgotten one (an exact
-duplicate, a fragment), the one a forgotten memory was merged into, and those derived from it
-(a summary, a trait). A memory that superseded a forgotten one holds newer, different facts and
-stays. ``plan_forget`` lists all of it with the reason, for a dry run, before anything goes.
+No job can bring an erased line back. The extractor reads lines past its watermark, and the
+erased ones are gone; ids are never reused (migration 0004), so a watermark inside the erased
+range stays valid and the next run reads exactly the lines that are left. A plan awaiting
+approval that would make memories of an erased line is refused, its changes dropped; a run that
+read the lines before the forget cannot apply them after it (``Writer.apply`` raises
+LinesForgotten). Items a job quarantined that no longer exist leave its quarantine.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from sqlalchemy import ColumnElement, Text, and_, cast, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from store.errors import NotFound
-from store.kinds import MemoryStatus, RelationType
+from store.db import chunks
+from store.kinds import MemoryStatus, RecordStatus
 from store.models import (
     ConversationLog,
     IndexOutbox,
+    JobState,
     MaintenanceOperation,
     MaintenanceRecord,
     Memory,
     MemoryRelation,
 )
-from store.requests import SearchFilters
+from store.write.forget_plan import (
+    ForgetPlan,
+    ForgetSelection,
+    Forgotten,
+    LogFilter,
+    log_filter,
+    plan_forget,
+)
+from store.write.stale import PENDING, drop_stale
 from store.write.unit import UnitOfWork, tombstone
+
+__all__ = [
+    "FORGOTTEN",
+    "SHINGLE",
+    "ForgetPlan",
+    "ForgetSelection",
+    "Forgotten",
+    "LogFilter",
+    "Quotes",
+    "drop_images",
+    "erase",
+    "erasure_stats",
+    "log_filter",
+    "plan_forget",
+]
 
 # A run of this many characters of forgotten text, found in any other stored string, marks
 # that string as quoting it (a label cut at 60 characters, a verdict's reason, a stored plan).
@@ -50,239 +77,121 @@ MAX_PIECES = 20_000
 REWRITE_PAGE = 5000
 
 
-@dataclass(frozen=True, kw_only=True)
-class ForgetSelection:
-    """What to forget: memories by id, by external id, by filter, or the whole namespace."""
-
-    ids: tuple[int, ...] = ()
-    external_ids: tuple[str, ...] = ()
-    filters: SearchFilters | None = None
-    everything: bool = False
-    logs: bool = False  # also the conversation log lines the memories were extracted from
-
-    @property
-    def empty(self) -> bool:
-        """Names nothing (a filter that restricts nothing names nothing either: forgetting a
-        whole namespace takes ``everything``)."""
-        filtered = self.filters is not None and not self.filters.empty
-        return not (self.ids or self.external_ids or filtered or self.everything)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Forgotten:
-    """One memory a forget erases, and why it is part of it."""
-
-    id: int
-    content_hash: str
-    why: str  # "asked", "merged into #12", "derived from #7", ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class ForgetPlan:
-    namespace: str
-    memories: tuple[Forgotten, ...]
-    relations: tuple[int, ...]
-    logs: tuple[int, ...]
-    texts: tuple[str, ...] = field(repr=False)  # the content to scrub from other places
-
-    @property
-    def ids(self) -> set[int]:
-        return {m.id for m in self.memories}
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "memories": [
-                {"id": m.id, "content_hash": m.content_hash, "why": m.why} for m in self.memories
-            ],
-            "relations": list(self.relations),
-            "logs": list(self.logs),
-        }
-
-
-def plan_forget(session: Session, namespace: str, selection: ForgetSelection) -> ForgetPlan:
-    """Resolve the selection and everything that holds the same content. Raise NotFound for an
-    id or external id the namespace does not hold."""
-    rows = {m.id: m for m in _selected(session, namespace, selection)}
-    why = dict.fromkeys(rows, "asked")
-    frontier = list(rows)
-    while frontier:
-        found = _holding_the_same(session, namespace, frontier, rows)
-        frontier = []
-        for memory, reason in found:
-            if memory.id not in rows:
-                rows[memory.id] = memory
-                why[memory.id] = reason
-                frontier.append(memory.id)
-    ids = sorted(rows)
-    relations = session.scalars(
-        select(MemoryRelation.id).where(
-            or_(MemoryRelation.source_id.in_(ids), MemoryRelation.target_id.in_(ids))
-        )
-    ).all()
-    logs = _source_logs(session, namespace, rows.values()) if selection.logs else []
-    texts = [rows[i].content for i in ids]
-    if logs:
-        texts += session.scalars(
-            select(ConversationLog.content).where(ConversationLog.id.in_(logs))
-        ).all()
-    return ForgetPlan(
-        namespace=namespace,
-        memories=tuple(Forgotten(id=i, content_hash=rows[i].content_hash, why=why[i]) for i in ids),
-        relations=tuple(sorted(relations)),
-        logs=tuple(sorted(logs)),
-        texts=tuple(texts),
-    )
-
-
 def erase(unit: UnitOfWork, plan: ForgetPlan) -> None:
     """Carry the plan out in the unit's transaction (its record is the erasure record)."""
     session, ids = unit.session, plan.ids
-    if not ids and not plan.logs:
+    if not ids and not plan.lines:
         return
+    if ids:
+        _erase_memories(unit, plan)
+    for chunk in chunks(plan.logs):
+        session.execute(delete(ConversationLog).where(ConversationLog.id.in_(chunk)))
+    quotes = Quotes(plan.texts)
+    _scrub_records(session, plan, quotes, by=unit.record.id)
+    _scrub_jobs(session, plan, quotes)
+
+
+def _erase_memories(unit: UnitOfWork, plan: ForgetPlan) -> None:
+    session, ids = unit.session, plan.ids
     memories = [unit.memory(i) for i in sorted(ids)]
     for memory in memories:
         if memory.status == MemoryStatus.ACTIVE:
             unit.splice_out(memory, record_self=False)
-    for other in session.scalars(
-        select(Memory).where(Memory.replaced_by_id.in_(ids), Memory.id.not_in(ids))
-    ):
-        unit.touch(other)
-        other.replaced_by_id = None
-    session.execute(delete(MemoryRelation).where(MemoryRelation.id.in_(plan.relations)))
+    for chunk in chunks(ids):
+        for other in session.scalars(select(Memory).where(Memory.replaced_by_id.in_(chunk))):
+            if other.id not in ids:
+                unit.touch(other)
+                other.replaced_by_id = None
+    for chunk in chunks(plan.relations):
+        session.execute(delete(MemoryRelation).where(MemoryRelation.id.in_(chunk)))
     for memory in memories:  # links among the forgotten rows would depend on the delete order
         memory.prev_id = memory.next_id = memory.replaced_by_id = None
     session.flush()
-    session.execute(delete(IndexOutbox).where(IndexOutbox.memory_id.in_(ids)))
+    for chunk in chunks(ids):
+        session.execute(delete(IndexOutbox).where(IndexOutbox.memory_id.in_(chunk)))
     for memory in memories:
         unit.forget_row(memory)
     session.flush()
-    if plan.logs:
-        session.execute(delete(ConversationLog).where(ConversationLog.id.in_(plan.logs)))
-    _scrub_records(session, plan)
-
-
-def _selected(session: Session, namespace: str, selection: ForgetSelection) -> list[Memory]:
-    in_namespace = select(Memory).where(Memory.namespace == namespace)
-    if selection.everything:
-        return list(session.scalars(in_namespace))
-    found: dict[int, Memory] = {}
-    for memory_id in selection.ids:
-        memory = session.get(Memory, memory_id)
-        if memory is None or memory.namespace != namespace:
-            raise NotFound("memory", memory_id)
-        found[memory.id] = memory
-    for external_id in selection.external_ids:
-        memory = session.scalars(in_namespace.where(Memory.external_id == external_id)).first()
-        if memory is None:
-            raise NotFound("memory with external id", repr(external_id))
-        found[memory.id] = memory
-    if selection.filters is not None and not selection.filters.empty:
-        filters = selection.filters
-        for memory in session.scalars(in_namespace):
-            view = _FilterView(memory)
-            if filters.matches(view):
-                found[memory.id] = memory
-    return list(found.values())
-
-
-@dataclass(frozen=True)
-class _FilterView:
-    """A memory row as ``SearchFilters.matches`` reads it."""
-
-    row: Memory
-
-    @property
-    def type(self) -> str:
-        return self.row.type
-
-    @property
-    def tags(self) -> Sequence[str]:
-        return tuple(self.row.tags or ())
-
-    @property
-    def event_time(self) -> Any:
-        return self.row.event_time
-
-    @property
-    def metadata(self) -> Mapping[str, Any]:
-        return dict(self.row.metadata_ or {})
-
-
-def _holding_the_same(
-    session: Session, namespace: str, ids: Sequence[int], known: Mapping[int, Memory]
-) -> list[tuple[Memory, str]]:
-    """The memories that hold content of these: merged into them, theirs merged into, derived."""
-    out: list[tuple[Memory, str]] = []
-    for memory_id in ids:
-        memory = known[memory_id]
-        if memory.status == MemoryStatus.MERGED and memory.replaced_by_id is not None:
-            into = session.get(Memory, memory.replaced_by_id)
-            if into is not None:
-                out.append((into, f"#{memory_id} was merged into it"))
-    merged_in = session.scalars(
-        select(Memory).where(
-            Memory.namespace == namespace,
-            Memory.replaced_by_id.in_(ids),
-            Memory.status == MemoryStatus.MERGED.value,
-        )
-    )
-    out += [(m, f"merged into #{m.replaced_by_id}") for m in merged_in]
-    derived = session.execute(
-        select(MemoryRelation.source_id, MemoryRelation.target_id).where(
-            MemoryRelation.namespace == namespace,
-            MemoryRelation.type == RelationType.DERIVED_FROM.value,
-            MemoryRelation.target_id.in_(ids),
-        )
-    ).all()
-    for source, target in derived:
-        derived_memory = session.get(Memory, source)
-        if derived_memory is not None:
-            out.append((derived_memory, f"derived from #{target}"))
-    return out
-
-
-def _source_logs(session: Session, namespace: str, memories: Iterable[Memory]) -> list[int]:
-    wanted = {
-        int(i)
-        for m in memories
-        for i in (m.metadata_ or {}).get("source_log_ids", [])
-        if isinstance(i, int)
-    }
-    if not wanted:
-        return []
-    return list(
-        session.scalars(
-            select(ConversationLog.id).where(
-                ConversationLog.namespace == namespace, ConversationLog.id.in_(sorted(wanted))
-            )
-        )
-    )
 
 
 # -- scrubbing the records ---------------------------------------------------------------------
 
 
-def _scrub_records(session: Session, plan: ForgetPlan) -> None:
-    """Remove the forgotten content from every record of the namespace."""
-    quotes = Quotes(plan.texts)
+def _scrub_records(session: Session, plan: ForgetPlan, quotes: Quotes, *, by: int) -> None:
+    """Remove the forgotten content from every record of the namespace; refuse the pending
+    plans that name a forgotten memory or would make memories of a forgotten line."""
+    lines, memories = set(plan.logs), plan.ids
     records = session.scalars(
         select(MaintenanceRecord).where(MaintenanceRecord.namespace == plan.namespace)
     ).all()
+    why = f"memories or conversation lines it named were forgotten (record #{by})"
     for record in records:
-        record.stats = quotes.scrub(record.stats or {})
+        stats = dict(record.stats or {})
+        if record.status in PENDING and record.id != by:
+            refused = drop_stale(stats, memories=memories, lines=lines, why=why)
+            if refused is not None:
+                stats = refused
+                record.status = RecordStatus.REFUSED.value
+        record.stats = quotes.scrub(stats)
         if record.error:
             record.error = quotes.scrub(record.error)
     _scrub_operations(session, plan, quotes)
 
 
+def _scrub_jobs(session: Session, plan: ForgetPlan, quotes: Quotes) -> None:
+    """Remove the forgotten content from the jobs' state and health, and from their
+    quarantines the items that are gone.
+
+    A job's ids are memory ids or log ids, and only the job knows which: an id leaves the lists
+    only when neither a memory nor a line holds it any more (ids are never reused).
+    """
+    erased = plan.ids | set(plan.logs)
+    held: set[int] = set()
+    for chunk in chunks(erased):
+        for table in (Memory, ConversationLog):
+            held.update(session.scalars(select(table.id).where(table.id.in_(chunk))))
+    gone = erased - held
+    rows = session.scalars(select(JobState).where(JobState.namespace == plan.namespace))
+    for row in rows:
+        state, health = quotes.scrub(row.state or {}), quotes.scrub(row.health or {})
+        health = _without(health, gone)
+        if state != (row.state or {}):
+            row.state = state
+        if health != (row.health or {}):
+            row.health = health
+
+
+def _without(health: dict[str, Any], gone: set[int]) -> dict[str, Any]:
+    """A job's health without the quarantined and failing items in ``gone``."""
+    out = dict(health)
+    quarantined = out.get("quarantined")
+    if isinstance(quarantined, list):
+        left = [i for i in quarantined if i not in gone]
+        if left:
+            out["quarantined"] = left
+        else:
+            out.pop("quarantined")
+    failing = out.get("failing")
+    if isinstance(failing, Mapping) and isinstance(failing.get("ids"), list):
+        left = [i for i in failing["ids"] if i not in gone]
+        if left:
+            out["failing"] = {**failing, "ids": left}
+        else:
+            out.pop("failing")
+    return out
+
+
 def _scrub_operations(session: Session, plan: ForgetPlan, quotes: Quotes) -> None:
     """Tombstone the images of the forgotten rows; replace what quotes them in the others."""
-    ids, relations = plan.ids, set(plan.relations)
+    ids, relations, lines = plan.ids, set(plan.relations), set(plan.logs)
 
     def scrubbed(kind: str, target_id: int, before: JsonText, after: JsonText) -> NewImages:
-        if (kind == "memory" and target_id in ids) or (
-            kind == "relation" and (target_id in relations or _names_an_end(ids, before, after))
+        if (
+            (kind == "memory" and target_id in ids)
+            or (kind == "log" and target_id in lines)
+            or (
+                kind == "relation" and (target_id in relations or _names_an_end(ids, before, after))
+            )
         ):
             return _tombstones(target_id, before, after)
         if not quotes.may_quote(before, after):

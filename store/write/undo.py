@@ -9,8 +9,8 @@ the original back in force, so the original may be undone again later.
 
 Recall statistics (access_count, last_accessed, base_importance) are neither compared nor
 restored on rows that still exist: a recall after a record is not a change to what it did, and
-undo must not forget that the memory was recalled. Conflict checks live in
-store.write.undo_conflicts.
+undo must not forget that the memory was recalled. A conversation log line an ingest updated
+is put back as it was, as a memory is. Conflict checks live in store.write.undo_conflicts.
 """
 
 from __future__ import annotations
@@ -25,9 +25,15 @@ from sqlalchemy.orm import Session
 
 from store.db import session_factory
 from store.errors import NotFound, StoreError
-from store.images import memory_values, relation_values
+from store.images import log_values, memory_values, relation_values
 from store.kinds import RecordStatus
-from store.models import MaintenanceOperation, MaintenanceRecord, Memory, MemoryRelation
+from store.models import (
+    ConversationLog,
+    MaintenanceOperation,
+    MaintenanceRecord,
+    Memory,
+    MemoryRelation,
+)
 from store.write.apply import set_importance
 from store.write.undo_conflicts import (
     LINK_FIELDS,
@@ -266,6 +272,8 @@ class _Restorer:
             self._recreate_relation(step)
         for step in picked("relation", "restore"):
             self._restore_relation(step)
+        for step in picked("log", "restore"):
+            self._restore_log(step)
         self.session.flush()
         # Created memories go last: by now nothing restored points at them any more.
         self._delete_memories(picked("memory", "delete"))
@@ -306,6 +314,14 @@ class _Restorer:
         for name, value in relation_values(step.image or {}).items():
             if name != "id":
                 setattr(relation, name, value)
+
+    def _restore_log(self, step: UndoStep) -> None:
+        line = self.session.get(ConversationLog, step.target_id)
+        assert line is not None  # the plan checked it exists, under the namespace lock
+        self.changes.touch(line)
+        for name, value in log_values(step.image or {}).items():
+            if name != "id":
+                setattr(line, name, value)
 
     def _delete_relations(self, steps: Sequence[UndoStep]) -> None:
         rows = [self.session.get(MemoryRelation, step.target_id) for step in steps]

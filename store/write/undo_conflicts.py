@@ -3,23 +3,25 @@
 A step conflicts when its row changed since the record (recall statistics aside), or when
 applying it alongside the other steps would leave a dangling link or a duplicate key. The
 checks are pure functions over a Snapshot; ``read_snapshot`` alone reads the database.
+Conversation log lines are only ever restored (a record images a line only when an ingest
+updated it): such a step conflicts when the line changed since, or was forgotten.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from store.db import CHUNK, chunks
-from store.images import memory_image, relation_image
-from store.models import Memory, MemoryRelation
+from store.images import log_image, memory_image, relation_image
+from store.models import ConversationLog, Memory, MemoryRelation
 
 Image = dict[str, Any]
-Key = tuple[str, int]  # ("memory" | "relation", id)
+Key = tuple[str, int]  # ("memory" | "relation" | "log", id)
 Action = Literal["delete", "restore", "recreate"]
 
 RECALL_FIELDS = frozenset({"access_count", "last_accessed", "base_importance"})
@@ -113,9 +115,11 @@ class Snapshot:
     referrers: Mapping[int, tuple[tuple[str, int, str], ...]]
     external_ids: Mapping[str, int]  # external id -> the memory that holds it now
     edges: Mapping[tuple[int, int, str], int]  # (source, target, type) -> relation id
+    logs: Mapping[int, Image] = field(default_factory=dict)  # the steps' log lines
 
     def current(self, key: Key) -> Image | None:
-        return (self.memories if key[0] == "memory" else self.relations).get(key[1])
+        rows = {"memory": self.memories, "relation": self.relations, "log": self.logs}
+        return rows[key[0]].get(key[1])
 
 
 def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
@@ -142,8 +146,8 @@ def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
 def _references(step: UndoStep) -> list[tuple[str, int]]:
     """Return (column, memory id) for every memory the step's restored image points at."""
     image = step.image or {}
-    fields = LINK_FIELDS if step.kind == "memory" else ("source_id", "target_id")
-    return [(name, image[name]) for name in fields if image.get(name) is not None]
+    ends = {"memory": LINK_FIELDS, "relation": ("source_id", "target_id")}.get(step.kind, ())
+    return [(name, image[name]) for name in ends if image.get(name) is not None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,7 +244,7 @@ def _dependency_conflicts(
 
 def _unique_holder(step: UndoStep, snap: Snapshot) -> int | None:
     """Return the row that now holds the unique key a recreated row needs, if another does."""
-    if step.action != "recreate" or step.image is None:
+    if step.action != "recreate" or step.image is None or step.kind == "log":
         return None
     image = step.image
     if step.kind == "memory":
@@ -296,6 +300,10 @@ def read_snapshot(session: Session, namespace: str, steps: Sequence[UndoStep]) -
     for chunk in chunks(s.target_id for s in steps if s.kind == "relation"):
         rows = session.scalars(select(MemoryRelation).where(MemoryRelation.id.in_(chunk)))
         relations.update({r.id: relation_image(r) for r in rows})
+    logs: dict[int, Image] = {}
+    for chunk in chunks(s.target_id for s in steps if s.kind == "log"):
+        lines = session.scalars(select(ConversationLog).where(ConversationLog.id.in_(chunk)))
+        logs.update({line.id: log_image(line) for line in lines})
     deleted = [s.target_id for s in steps if s.kind == "memory" and s.action == "delete"]
     recreated = [s.image for s in steps if s.action == "recreate" and s.image is not None]
     return Snapshot(
@@ -306,6 +314,7 @@ def read_snapshot(session: Session, namespace: str, steps: Sequence[UndoStep]) -
             session, namespace, [i["external_id"] for i in recreated if i.get("external_id")]
         ),
         edges=_edges(session, [i for i in recreated if "source_id" in i]),
+        logs=logs,
     )
 
 

@@ -1,7 +1,8 @@
 """The unit of work: one transaction that changes the store, with its maintenance record.
 
 Every change to memories, relations, job state and records goes through a ``UnitOfWork``:
-ingestion, restore, plan apply, approval and undo alike. It holds
+ingestion, restore, plan apply, approval and undo alike, and an ingest's updates of conversation
+log lines (imaged like the rest, so that undo can take them back). It holds
 
 - the transaction (opened and committed by ``Writer.unit``, see ``store.write.writer``),
 - the record of the run, its outcome and what it says besides its operations,
@@ -29,9 +30,10 @@ from sqlalchemy.orm import Session
 
 from store.db import chunks
 from store.errors import NotFound
-from store.images import CONTENT_FIELDS, memory_image, relation_image
+from store.images import CONTENT_FIELDS, log_image, memory_image, relation_image
 from store.kinds import MemoryStatus, Outcome
 from store.models import (
+    ConversationLog,
     IndexOutbox,
     JobState,
     MaintenanceOperation,
@@ -40,9 +42,10 @@ from store.models import (
     MemoryRelation,
     NamespaceState,
 )
+from store.text import content_hash
 from store.write.record_info import RecordInfo, Settlement
 
-Row = Memory | MemoryRelation
+Row = Memory | MemoryRelation | ConversationLog
 
 # A memory's place on the timeline is compared as a row value: SQLite and PostgreSQL answer
 # "(event_time, id) < (?, ?)" with a range of ix_memories_timeline, where the same test
@@ -79,7 +82,7 @@ _NEAREST_AFTER = (
 
 @dataclass
 class _Tracked:
-    kind: str  # "memory" | "relation"
+    kind: str  # "memory" | "relation" | "log"
     row: Row
     before: dict[str, Any] | None
     deleted: bool = False
@@ -431,6 +434,8 @@ def tombstone(image: Mapping[str, Any] | None, target_id: int) -> dict[str, Any]
         return None
     kept: dict[str, Any] = {"id": target_id, "forgotten": True}
     kept.update({name: image[name] for name in _TOMBSTONE_FIELDS if name in image})
+    if "content_hash" not in kept and isinstance(image.get("content"), str):  # a log line's
+        kept["content_hash"] = content_hash(image["content"])
     return kept
 
 
@@ -454,10 +459,14 @@ def _rewrites(tracked: _Tracked, *, restoring: bool) -> bool:
 
 
 def _image(row: Row) -> dict[str, Any]:
+    if isinstance(row, ConversationLog):
+        return log_image(row)
     return memory_image(row) if isinstance(row, Memory) else relation_image(row)
 
 
 def _kind(row: Row) -> str:
+    if isinstance(row, ConversationLog):
+        return "log"
     return "memory" if isinstance(row, Memory) else "relation"
 
 

@@ -3,9 +3,9 @@
 ``Writer.unit`` opens a transaction, writes the record, locks the namespace and yields the
 ``UnitOfWork`` (``store.write.unit``); on leaving the block the unit finishes (operations, outbox,
 revision) and everything commits together, or nothing does. The entry points below are the
-store's writes: ingestion and restore, plan apply (job runs, approvals, records of runs that
-changed nothing), and the bookkeeping that is not content (recall statistics, the outbox).
-Undo writes through ``unit`` too (``store.write.undo``).
+store's writes: ingestion (memories and conversation log lines) and restore, plan apply (job
+runs, approvals, records of runs that changed nothing), and the bookkeeping that is not content
+(recall statistics, the outbox). Undo writes through ``unit`` too (``store.write.undo``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, update
+from sqlalchemy import Engine, delete, func, select, update
 
 from store.conflicts import (
     UPDATE_HINT,
@@ -28,7 +28,7 @@ from store.conflicts import (
     resolve_memories,
 )
 from store.db import chunks, session_factory, transaction
-from store.errors import IdConflict, ValidationFailed
+from store.errors import IdConflict, StoreError, ValidationFailed
 from store.exports.lines import (
     NAMESPACE_KINDS,
     WHOLE_STORE_LINE,
@@ -38,14 +38,28 @@ from store.exports.lines import (
 )
 from store.exports.restoring import advance_ids, check_export, insert_memories, new_relations
 from store.models import ConversationLog, IndexOutbox, MaintenanceRecord, Memory
-from store.operations import UPDATABLE, Operation, UpdateMemory
+from store.operations import UPDATABLE, CreateMemory, Operation, UpdateMemory
 from store.schemas import LogIn, MemoryIn
 from store.write.apply import apply_operation, new_memory
 from store.write.record_info import RecordInfo, Settlement
+from store.write.stale import drop_overtaken
 from store.write.unit import UnitOfWork
 
 # A record that says nothing besides its operations (ingestion, restore, undo).
 PLAIN = RecordInfo()
+
+
+class LinesForgotten(StoreError):
+    """A plan would make memories of conversation lines that a forget erased meanwhile."""
+
+    def __init__(self, line_ids: Sequence[int]) -> None:
+        self.line_ids = tuple(line_ids)
+        shown = ", ".join(f"#{i}" for i in self.line_ids[:20])
+        more = f" and {len(self.line_ids) - 20} more" if len(self.line_ids) > 20 else ""
+        super().__init__(
+            f"the plan makes memories of conversation lines that were forgotten while it was"
+            f" planned ({shown}{more}); nothing written: the next run reads what is left"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,10 +143,13 @@ class Writer:
         ``info.outcome``; one of "applied" that changed nothing is dropped unless it settles a
         plan (whose record then points at it). Raise NotFound if an operation names a memory
         that is not in the namespace, or if the record to settle is not pending (checked
-        before any operation).
+        before any operation); LinesForgotten if a memory it creates cites a conversation line
+        that is gone (a forget erased it while the run planned: nothing can bring it back).
         """
         created: dict[str, int] = {}
         with self.unit(namespace, job, now, info) as unit:
+            _check_sources(unit, operations)
+            drop_overtaken(unit)  # a plan stored for approval, or refused by the cap
             if settle is not None:
                 note = {**settle.note, "applied_as": unit.record.id}
                 unit.settle(replace(settle, note=note))
@@ -217,12 +234,15 @@ class Writer:
         """Insert conversation log lines not seen before (by idempotency key).
 
         A key that is there with other content is a conflict (IdConflict, nothing written)
-        unless ``on_conflict`` is "update": then the line takes the item's fields. Logs are the
-        daemon's input, not memories: they get no record (and a memory already extracted from a
-        line stays as it is).
+        unless ``on_conflict`` is "update": then the line takes the item's fields, a change
+        with its before/after images in this batch's record (job "ingest", undoable). New
+        lines are the daemon's input, not a change: a batch that updates nothing leaves no
+        record (and a memory already extracted from an updated line stays as it is).
         """
         labels = list(labels) if labels is not None else default_labels(len(items))
-        with transaction(self._write) as session:
+        info = RecordInfo(stats={"items": len(items)})
+        with self.unit(namespace, "ingest", now, info) as unit:
+            session = unit.session
             resolution = resolve_logs(session, namespace, items, labels)
             problems = resolution.conflicts(
                 labels, update=on_conflict == "update", hint=UPDATE_HINT
@@ -241,6 +261,7 @@ class Writer:
                     if found.differs:
                         log = session.get(ConversationLog, found.row_id)
                         assert log is not None  # found in this transaction
+                        unit.touch(log)
                         for name, value in log_fields(item).items():
                             setattr(log, name, value)
                         updated.append(found.row_id)
@@ -260,8 +281,11 @@ class Writer:
                 session.flush()
                 ids.append(log.id)
                 created.append(log.id)
+            if updated:
+                unit.record.stats = {**unit.record.stats, "updated": len(updated)}
+        record_id = unit.record.id if unit.kept else None
         return AddResult(
-            ids=tuple(ids), created=tuple(created), updated=tuple(updated), record_id=None
+            ids=tuple(ids), created=tuple(created), updated=tuple(updated), record_id=record_id
         )
 
     def restore(
@@ -351,6 +375,30 @@ class Writer:
         with transaction(self._write) as session:
             for chunk in chunks(ids):
                 session.execute(delete(IndexOutbox).where(IndexOutbox.id.in_(chunk)))
+
+
+def _check_sources(unit: UnitOfWork, operations: Sequence[Operation]) -> None:
+    """Raise LinesForgotten if a new memory cites a conversation line the namespace no longer
+    holds. Lines go only by a forget, and ids are never reused (migration 0004): a run that
+    read them before the forget must not bring their content back."""
+    cited = {
+        line
+        for op in operations
+        if isinstance(op, CreateMemory)
+        for line in op.metadata.get("source_log_ids") or ()
+        if isinstance(line, int)
+    }
+    present: set[int] = set()
+    for chunk in chunks(cited):
+        present.update(
+            unit.session.scalars(
+                select(ConversationLog.id).where(
+                    ConversationLog.namespace == unit.namespace, ConversationLog.id.in_(chunk)
+                )
+            )
+        )
+    if cited - present:
+        raise LinesForgotten(sorted(cited - present))
 
 
 def _new_memory(namespace: str, item: MemoryIn, *, now: datetime, source: str) -> Memory:

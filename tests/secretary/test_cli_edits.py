@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,152 @@ def test_forget_needs_a_selection_and_good_filters(run: Run, stored: Path) -> No
     assert "name what to forget" in run("forget", "--yes", code=2).stderr
     assert "Invalid value for --since" in run("forget", "--since", "soon", code=2).stderr
     assert "nothing matched" in run("forget", "--tag", "nope", "--yes").output
+
+
+# -- conversation log lines -------------------------------------------------------------------
+
+LINE = {"role": "user", "timestamp": "2026-03-01T10:00:00Z"}
+
+
+def write_lines(path: Path, *lines: Mapping[str, object]) -> Path:
+    path.write_text("".join(json.dumps({**LINE, **line}) + "\n" for line in lines))
+    return path
+
+
+def stored_lines(run: Run) -> dict[int, str]:
+    """Every conversation log line of the store, id -> text (from the whole-store export)."""
+    lines = [json.loads(line) for line in run("export", "--all").output.splitlines()]
+    return {line["id"]: line["content"] for line in lines if line.get("kind") == "log"}
+
+
+def test_forget_all_with_logs_leaves_no_line_and_the_next_dream_extracts_nothing(
+    run: Run, tmp_path: Path
+) -> None:
+    from secretary.config import Settings
+    from secretary.runner import run_job
+    from store.service import Store
+    from tests.helpers.openai_server import CHAT_COMPLETIONS, ScriptedOpenAIServer, chat_reply
+    from tests.secretary.jobs.conftest import NOW, llm_settings
+
+    run("init")
+    chat = [
+        {"session_id": "s1", "content": SECRET, "idempotency_key": "m1"},
+        {"session_id": "s1", "content": "Where did I put my spare key?", "idempotency_key": "m2"},
+    ]
+    run("ingest", "--logs", str(write_lines(tmp_path / "a.jsonl", *chat)))
+    reply = {
+        "memories": [
+            {
+                "content": "The spare key is under the heron statue.",
+                "type": "fact",
+                "importance": 7,
+                "tags": ["home"],
+                "source_log_ids": [1],
+            }
+        ]
+    }
+    with ScriptedOpenAIServer() as server:
+        settings = Settings(data_dir=tmp_path / "data", llm=llm_settings(server))
+
+        def extract() -> tuple[str, int]:
+            store = Store.open(settings)
+            try:
+                outcome = run_job(store, settings, "extractor", "default", now=NOW)
+                return outcome.status, store.db.memories.count("default")
+            finally:
+                store.close()
+
+        server.enqueue(CHAT_COMPLETIONS, chat_reply(json.dumps(reply)))
+        assert extract() == ("applied", 1)
+        # Lines the extractor has not reached yet, as in the report that asked for this.
+        later = [
+            {
+                "session_id": "s2",
+                "content": "Quillon also hides cash in the shed",
+                "idempotency_key": "m3",
+            },
+            {"session_id": "s2", "content": "I am a careful person", "idempotency_key": "m4"},
+        ]
+        run("ingest", "--logs", str(write_lines(tmp_path / "b.jsonl", *later)))
+
+        dry = run("forget", "--all", "--logs", "--dry-run").output
+        assert "would forget 1 memories, 0 relations, 4 log lines; nothing erased" in dry
+        assert "log lines #1-#4 (asked)" in dry
+        assert "Quillon" not in dry
+        done = run("forget", "--all", "--logs", "--yes").output
+        assert "forgot 1 memories, 0 relations, 4 log lines" in done
+
+        assert stored_lines(run) == {}
+        assert extract() == ("nothing", 0)  # nothing left to read: no model call
+        assert len(server.requests_on(CHAT_COMPLETIONS)) == 1
+    assert "Quillon" not in run("export", "--all").output
+
+
+def test_forget_log_lines_by_session_time_key_and_match(run: Run, tmp_path: Path) -> None:
+    run("init")
+    chat = [
+        {"session_id": "s1", "content": "I moved to Porto", "idempotency_key": "a"},
+        {
+            "session_id": "s1",
+            "content": "Call JORDAN tomorrow",
+            "idempotency_key": "b",
+            "timestamp": "2026-03-02T10:00:00Z",
+        },
+        {"session_id": "s2", "content": "jordan likes tea", "idempotency_key": "c"},
+        {"session_id": "s2", "content": "The weather is fine", "idempotency_key": "d"},
+    ]
+    run("ingest", "--logs", str(write_lines(tmp_path / "a.jsonl", *chat)))
+
+    by_session = run("forget", "--session", "s1", "--log-since", "2026-03-02T00:00Z", "--dry-run")
+    assert "log lines #2 (asked)" in by_session.output
+    assert "would forget 0 memories, 0 relations, 1 log lines" in by_session.output
+    by_match = json.loads(run("forget", "--match", "jordan", "--yes", "--json").stdout)
+    assert (by_match["logs"], by_match["memories"]) == ([2, 3], [])
+    assert by_match["record_id"] is not None
+    assert "jordan" not in json.dumps(by_match).lower()
+    run("forget", "--key", "d", "--yes")
+    assert stored_lines(run) == {1: "I moved to Porto"}
+    assert "nothing matched" in run("forget", "--session", "s9", "--yes").output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--log-since", "soon"), "Invalid value for --log-since"),
+        (
+            ("--log-since", "2026-03-02T00:00Z", "--log-until", "2026-03-01T00:00Z"),
+            "Invalid value for --log-since: is after until",
+        ),
+        (("--match", "   "), "Invalid value for --match: is blank"),
+    ],
+)
+def test_forget_refuses_bad_line_options(
+    run: Run, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    run("init")
+    run(
+        "ingest",
+        "--logs",
+        str(write_lines(tmp_path / "a.jsonl", {"session_id": "s", "content": "hi"})),
+    )
+    assert message in run("forget", *args, "--yes", code=2).stderr
+    assert "idempotency key 'nope'" in run("forget", "--key", "nope", "--yes", code=1).stderr
+    assert stored_lines(run) == {1: "hi"}
+
+
+def test_ingest_logs_update_is_recorded_shown_by_diff_and_undone(run: Run, tmp_path: Path) -> None:
+    run("init")
+    line = {"session_id": "s", "idempotency_key": "k"}
+    run("ingest", "--logs", str(write_lines(tmp_path / "a.jsonl", {**line, "content": "hi"})))
+    changed = write_lines(tmp_path / "b.jsonl", {**line, "content": "bye", "role": "assistant"})
+    run("ingest", "--logs", str(changed), "--update")
+    (record,) = json.loads(run("records", "list", "--job", "ingest", "--json").stdout)
+
+    diff = run("records", "diff", str(record["id"])).output
+    assert 'log line #1 updated: "hi" -> "bye"' in diff
+    assert 'role: "user" -> "assistant"' in diff
+    undone = run("undo", str(record["id"])).output
+    assert stored_lines(run) == {1: "hi"}
+    undo_record = int(undone.split("undone by record ")[1].split(":")[0])
+    run("undo", str(undo_record))
+    assert stored_lines(run) == {1: "bye"}

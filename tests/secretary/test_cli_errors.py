@@ -328,6 +328,17 @@ def test_search_lone_surrogate_is_a_usage_error_naming_the_option(
     assert "Traceback" not in result.stderr + result.output
 
 
+def test_forget_external_id_not_unicode_is_a_usage_error_erasing_nothing(run: Run) -> None:
+    run("init")
+    run("ingest", str(SAMPLE), "--no-index")
+    result = run("forget", "--external-id", "m\udcff", "--yes", code=2)
+    assert "Invalid value for --external-id" in result.stderr
+    assert "(\\udcff, or the byte 0xff that is not UTF-8)" in result.stderr
+    assert "Traceback" not in result.stderr + result.output
+    stored = len(SAMPLE.read_text(encoding="utf-8").splitlines())
+    assert f"would forget {stored} memories" in run("forget", "--all", "--dry-run").output
+
+
 @pytest.mark.parametrize(
     "args",
     [("dream", "--dry-run"), ("records", "list"), ("status",), ("ingest", str(SAMPLE))],

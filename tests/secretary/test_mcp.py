@@ -245,3 +245,37 @@ def test_mcp_over_http_every_tool_and_each_request_its_own_key(http_store: Store
         no_key = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert no_key.status_code == 401
         assert no_key.json()["error"]["problems"][0]["where"] == "header.authorization"
+
+
+def test_mcp_forget_erases_conversation_lines_only_when_confirmed(http_store: Store) -> None:
+    now = utc_now()
+    rows = [
+        {"session_id": session, "role": "user", "content": text, "timestamp": now}
+        for session, text in (("s1", "Call Jordan"), ("s1", "I like tea"), ("s2", "JORDAN again"))
+    ]
+    ids = list(http_store.add_logs("a", rows, now=now).ids)
+    theirs = list(http_store.add_logs("b", rows[:1], now=now).ids)
+
+    def left(namespace: str) -> list[int]:
+        return [line.id for line in http_store.db.work.logs_after(namespace, 0, limit=10)]
+
+    async def run(url: str) -> None:
+        async with over_http(url, KEY_A) as client:
+            chosen = {"sessions": ["s1"], "match": ["jordan"]}
+            dry = ok(await client.call_tool("forget_memories", chosen))
+            assert (dry["dry_run"], dry["log_ids"]) == (True, [ids[0]])
+            assert left("a") == ids
+            done = ok(await client.call_tool("forget_memories", {**chosen, "confirm": True}))
+            assert (done["dry_run"], done["logs"]) == (False, 1)
+            assert left("a") == ids[1:]
+            backwards = {"log_since": "2026-03-02T00:00:00Z", "log_until": "2026-03-01T00:00:00Z"}
+            refusal = refused(await client.call_tool("forget_memories", backwards))
+            assert "422" in refusal
+            assert "is after until" in refusal
+            everything = {"all_memories": True, "logs": True, "confirm": True}
+            assert ok(await client.call_tool("forget_memories", everything))["logs"] == 2
+
+    with live_server(http_app(http_store)) as url:
+        asyncio.run(run(url))
+    assert left("a") == []
+    assert left("b") == theirs

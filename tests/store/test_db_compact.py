@@ -110,3 +110,23 @@ def test_db_compact_asks_before_locking_postgres_and_a_script_must_say_yes(
 
     assert "refusing to compact without --yes (nothing done)" in refused.output
     assert "compacted the postgresql database" in done.output
+
+
+@pytest.mark.postgres
+def test_forget_compact_leaves_no_byte_in_the_table_files(
+    pg_store: Store, postgres_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    try:
+        _table_files(postgres_engine)[0].read_bytes()
+    except PermissionError:
+        pytest.skip("the PostgreSQL data directory is not readable by this user")
+    added = pg_store.add_memories(
+        "ns", [{"content": MARKER, "timestamp": NOW.isoformat()}], now=NOW
+    )
+    monkeypatch.setenv("SECRETARY_DATABASE_URL", pg_store.settings.database_url)
+    run = cli_in(tmp_path, monkeypatch)
+
+    result = run("forget", str(added.ids[0]), "-n", "ns", "--yes", "--compact")
+
+    assert "compacted the postgresql database" in result.output
+    assert _holding(_table_files(postgres_engine), b"Zorvendal") == []

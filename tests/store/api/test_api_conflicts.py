@@ -107,3 +107,14 @@ def test_post_logs_same_key_other_content_409_then_update(client: TestClient, st
     assert updated.status_code == 200
     assert updated.json()["updated"] == [1]
     assert [line.content for line in store.db.work.logs("a", [1])] == ["bye"]
+    # Recorded like a memory update: the record's diff tells it, and undo takes it back.
+    record_id = updated.json()["record_id"]
+    diff = client.get(f"/v1/records/{record_id}/diff", headers=A).json()
+    assert diff["lines"][1] == '  log line #1 updated: "hello" -> "bye"'
+    assert diff["changes_by_kind"] == {"logs_updated": 1}
+    undone = client.post(f"/v1/records/{record_id}/undo", headers=A)
+    assert undone.status_code == 200, undone.text
+    assert [line.content for line in store.db.work.logs("a", [1])] == ["hello"]
+    redone = client.post(f"/v1/records/{undone.json()['record_id']}/undo", headers=A)
+    assert redone.status_code == 200, redone.text
+    assert [line.content for line in store.db.work.logs("a", [1])] == ["bye"]

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from store.service import Store
 from tests.store.api.test_api import KEY_AB, A, B, auth
 from tests.store.api.test_api import app as app  # the fixtures: store, app, client
 from tests.store.api.test_api import client as client
@@ -185,3 +186,75 @@ def test_forget_refuses_what_names_nothing_or_is_malformed(
     response = client.post("/v1/forget", json=body, headers=A)
     assert response.status_code == 422, response.text
     assert get(client, memory_id)["content"] == "stays"
+
+
+def post_lines(
+    client: TestClient, *rows: tuple[str, str], headers: dict[str, str] = A
+) -> list[int]:
+    """Store log lines (session, text), keyed by their text; return their ids."""
+    body = [
+        {
+            "session_id": session,
+            "role": "user",
+            "content": text,
+            "timestamp": f"2026-03-01T1{index}:00:00Z",
+            "idempotency_key": text,
+        }
+        for index, (session, text) in enumerate(rows)
+    ]
+    response = client.post("/v1/logs", json=body, headers=headers)
+    assert response.status_code == 201, response.text
+    return [int(i) for i in response.json()["ids"]]
+
+
+def line_ids(store: Store, namespace: str = "a") -> list[int]:
+    return [line.id for line in store.db.work.logs_after(namespace, 0, limit=100)]
+
+
+def test_forget_log_lines_dry_run_then_for_real(client: TestClient, store: Store) -> None:
+    ids = post_lines(client, ("s1", "I moved to Porto"), ("s1", "Call Jordan"), ("s2", "jordan"))
+    theirs = post_lines(client, ("s1", "b's line"), headers=B)
+    chosen = {"log_filter": {"sessions": ["s1"], "match": ["JORDAN"]}}
+
+    dry = client.post("/v1/forget", json={**chosen, "dry_run": True}, headers=A)
+    assert dry.status_code == 200, dry.text
+    assert (dry.json()["logs"], dry.json()["log_ids"]) == (1, [ids[1]])
+    assert line_ids(store) == ids
+
+    done = client.post("/v1/forget", json=chosen, headers=A)
+    assert done.status_code == 200, done.text
+    assert done.json()["record_id"] is not None
+    assert line_ids(store) == [ids[0], ids[2]]
+    late = client.post(
+        "/v1/forget", json={"log_filter": {"since": "2026-03-01T11:30:00Z"}}, headers=A
+    )
+    assert late.json()["log_ids"] == [ids[2]]
+    everything = client.post("/v1/forget", json={"all": True, "logs": True}, headers=A)
+    assert everything.json()["log_ids"] == [ids[0]]
+    assert line_ids(store) == []
+    assert line_ids(store, "b") == theirs
+
+
+@pytest.mark.parametrize(
+    ("log_filter", "status", "where"),
+    [
+        ({}, 422, "selection"),
+        (
+            {"since": "2026-03-02T00:00:00Z", "until": "2026-03-01T00:00:00Z"},
+            422,
+            "log_filter.since",
+        ),
+        ({"match": ["   "]}, 422, "body.log_filter.match.0"),
+        ({"sessions": [""]}, 422, "body.log_filter.sessions.0"),
+        ({"session": ["s1"]}, 422, "body.log_filter.session"),
+        ({"keys": ["nope"]}, 404, "body"),
+    ],
+)
+def test_forget_refuses_log_filters_that_make_no_sense(
+    client: TestClient, store: Store, log_filter: dict[str, Any], status: int, where: str
+) -> None:
+    ids = post_lines(client, ("s1", "stays"))
+    response = client.post("/v1/forget", json={"log_filter": log_filter}, headers=A)
+    assert response.status_code == status, response.text
+    assert problems(response)[0] == where
+    assert line_ids(store) == ids

@@ -111,8 +111,9 @@ CALLERS = (
 SEMANTIC = {
     ("query.cursor", "not a cursor this API gave out"),
     ("query.since", "is after until"),
+    ("log_filter.since", "is after until"),
     ("body", "names no field to change"),
-    ("selection", "name ids, external ids, a filter, or all"),
+    ("selection", "name ids, external ids, a filter, log lines, or all"),
     ("body.on_conflict", "disagrees with the on_conflict query parameter"),
 }
 # How a valid request is refused as invalid (a valid one may also meet 401, 403, 404, 409).

@@ -37,7 +37,8 @@ def other(tmp_path: Path) -> Iterator[Database]:
 
 def fill(db: Database, namespace: str = "maya") -> None:
     """A store with a bit of everything: memories of every kind of status, relations, logs,
-    records (an undone one among them), job state and a schedule override."""
+    records (an undone one and a log line's update among them), job state and a schedule
+    override."""
     items = [
         MemoryIn(content="adopted a cat named Pepper", external_id="m1", tags=("pets",)),
         MemoryIn.model_validate(
@@ -60,8 +61,19 @@ def fill(db: Database, namespace: str = "maya") -> None:
     logs = [
         LogIn(session_id="s1", role="user", content="I adopted a cat!", timestamp=NOW),
         LogIn(session_id="s1", role="assistant", content="Lovely!", timestamp=NOW, pair_id="p"),
+        LogIn(
+            session_id="s1", role="user", content="Pepper hid", timestamp=NOW, idempotency_key="k1"
+        ),
     ]
     db.writer.add_logs(namespace, logs, now=NOW)
+    fixed = LogIn(
+        session_id="s1",
+        role="user",
+        content="Pepper hid all day",
+        timestamp=NOW,
+        idempotency_key="k1",
+    )
+    db.writer.add_logs(namespace, [fixed], now=NOW + HOUR, on_conflict="update")
     db.schedules.set_cron("auditor", "0 3 * * *", now=NOW)
     db.schedules.set_paused("linker", True, now=NOW)
 
@@ -104,7 +116,8 @@ def test_round_trip_from_sqlite_into_this_backend(db: Database, other: Database)
     assert list(export_store(db.engine)) == lines
     # The imported store goes on: new ids after the imported ones, undo of an imported record.
     fresh = db.writer.add_memories("maya", [MemoryIn(content="new")], now=NOW + 3 * HOUR)
-    assert fresh.ids[0] > max(json.loads(line).get("id", 0) for line in lines)
+    memories = [json.loads(line) for line in lines if '"kind":"memory"' in line]
+    assert fresh.ids[0] > max(memory["id"] for memory in memories)
     with session_factory(db.engine)() as session:
         queued = session.scalars(select(IndexOutbox.memory_id).order_by(IndexOutbox.id)).all()
     active = {m.id for m in db.memories.many("maya", range(1, 5)) if m.status == "active"}
@@ -208,8 +221,8 @@ def test_import_rows_count(db: Database, other: Database) -> None:
     assert report.added == {
         "memory": 4,
         "relation": 1,
-        "log": 2,
-        "record": 4,
+        "log": 3,
+        "record": 5,  # the last, a log line's update
         "job_state": 1,
         "schedule": 2,
     }
