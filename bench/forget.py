@@ -5,8 +5,9 @@ every record image of the namespace that holds or quotes it, and rewrites the sa
 index without it. Each ingested memory leaves a record image, so the scrub grows with the
 namespace. For each size this script prepares a store of that many synthetic memories
 (bench/corpus.py, through Store.add_memories in batches of 1000; vectors are not made, so the
-vector side costs nothing here) with its lexical index saved, then, on fresh copies of it,
-times `Store.forget` of one memory from the middle.
+vector side, which erases the memory from Chroma at once and compacts its files, has nothing to
+do here) with its lexical index saved, then, on fresh copies of it, times `Store.forget` of one
+memory from the middle.
 
 Results are merged into --out (JSON, one entry per size) and rendered beside it as Markdown.
 
@@ -112,8 +113,8 @@ def markdown(results: dict[str, Any]) -> str:
         "memory from the middle of a namespace of synthetic memories (bench/corpus.py), on a "
         "fresh copy of a prepared SQLite store whose lexical index is saved; the SQL "
         "transaction (the memory, its relations, every record image scrubbed), the checkpoint "
-        "and the lexical index rewritten without it. Vectors are not made: the vector index "
-        "drops a forgotten memory later, through the outbox.",
+        "and the lexical index rewritten without it. Vectors are not made, so the vector index "
+        "(erased at once and compacted since a27e90b) has nothing to do here.",
         "",
         "| memories | record images | forget median s (min-max) | trials | commit | measured |",
         "|---:|---:|---|---:|---|---|",

@@ -134,3 +134,15 @@ def test_a_plan_naming_nothing_erased_stands(world: World) -> None:
     stored = world.store.db.records.get(outcome.record_id)[0]  # type: ignore[arg-type]
     assert stored.status == "planned"
     assert len(stored.stats["plan"]["changes"]) == 1
+
+
+def test_a_run_applying_after_a_forget_writes_nothing_of_it(world: World) -> None:
+    m = episode(world)  # no approval: the run applies its plan at once
+    fragments = [m["up"], m["top"], m["down"]]
+
+    outcome = _run_racing_a_forget(world, m["down"], fragments)
+
+    assert outcome.status == "failed", outcome.message
+    assert outcome.message == f"NotFound: memory {m['down']} does not exist"
+    assert MARKER not in _everything_stored(world)
+    assert [x for x in world.active() if x.type == "interaction_summary"] == []
