@@ -357,7 +357,14 @@ def plans_reject(ctx: Context, record_id: int) -> None:
 
 
 def _outcome_line(outcome: RunOutcome) -> str:
-    return _line(outcome.namespace, outcome.job, outcome.status, outcome.record_id, outcome.message)
+    return _line(
+        outcome.namespace,
+        outcome.job,
+        outcome.status,
+        outcome.record_id,
+        outcome.message,
+        outcome.records,
+    )
 
 
 def _stored_line(outcome: Mapping[str, Any]) -> str:
@@ -368,11 +375,23 @@ def _stored_line(outcome: Mapping[str, Any]) -> str:
         str(outcome.get("status")),
         outcome.get("record_id"),
         str(outcome.get("message") or ""),
+        outcome.get("records") or (),
     )
 
 
-def _line(namespace: str, job: str, status: str, record_id: int | None, message: str) -> str:
-    record = f" (record #{record_id})" if record_id is not None else ""
+def _line(
+    namespace: str,
+    job: str,
+    status: str,
+    record_id: int | None,
+    message: str,
+    records: Sequence[int] = (),
+) -> str:
+    """An outcome as a line, naming every record the run wrote ("records #3, #4")."""
+    if len(records) > 1:
+        record = " (records " + ", ".join(f"#{r}" for r in records) + ")"
+    else:
+        record = f" (record #{record_id})" if record_id is not None else ""
     return f"{namespace} {job}: {status}{record}: {message}"
 
 

@@ -195,14 +195,18 @@ def undo(ctx: Context, record_id: int, dry_run: bool, force: bool, no_index: boo
     memory changed after the record, nothing is written and the conflicts are listed;
     --force undoes the rest. Recall statistics (access count, last access) are kept.
     """
-    from store.write.undo import plan_undo
+    from store.write.undo import NothingToUndo, plan_undo
     from store.write.undo import undo as undo_record
 
     with _store(ctx) as store:
-        if dry_run:
-            _print_plan(plan_undo(store.db.writer, record_id))
+        try:
+            if dry_run:
+                _print_plan(plan_undo(store.db.writer, record_id))
+                return
+            result = undo_record(store.db.writer, record_id, now=utc_now(), force=force)
+        except NothingToUndo as exc:  # not a failure: the store is as undoing it would leave it
+            click.echo(f"nothing to undo: {exc}")
             return
-        result = undo_record(store.db.writer, record_id, now=utc_now(), force=force)
         click.echo(
             f"record {record_id} undone by record {result.record_id}: "
             f"{result.restored} rows restored"

@@ -120,12 +120,14 @@ class RunnerCalls:
 
 
 def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
-    """What a dream request stores of a run: job, namespace, status, record id, message."""
+    """What a dream request stores of a run: job, namespace, status, the record to name first
+    and every record it wrote, message."""
     return {
         "job": outcome.job,
         "namespace": outcome.namespace,
         "status": outcome.status,
         "record_id": outcome.record_id,
+        "records": list(outcome.records),
         "message": outcome.message,
     }
 

@@ -336,13 +336,17 @@ class _Run:
         status = last.status
         if status in ("nothing", "skipped") and applied:
             status = "applied"
-        message = "; ".join(
-            f"{o.plan.part}: {o.message}" if o.plan is not None and o.plan.part else o.message
-            for o in outcomes
-        )
+        several = sum(o.record_id is not None for o in outcomes) > 1
+        message = "; ".join(_part_words(o, with_record=several) for o in outcomes)
         retried = last.plan.answered if ctx.retry_quarantined and last.plan is not None else ()
         stats = merged_stats([o.stats for o in outcomes])
-        record_id = next((o.record_id for o in reversed(outcomes) if o.record_id), None)
+        # The record to name first: the last that changed something, else the last written.
+        changed = [o.record_id for o in outcomes if o.status == "applied" and o.record_id]
+        record_id = (
+            changed[-1]
+            if changed
+            else next((o.record_id for o in reversed(outcomes) if o.record_id), None)
+        )
         outcome = make_outcome(
             self.job.name, self.namespace, status, message, record_id, stats, last.plan
         )
@@ -467,3 +471,13 @@ class _Run:
     def _renew(self) -> None:
         if not self.renew():
             raise LeaseHeld("another run of this job (this run's lease expired)", self.now)
+
+
+def _part_words(outcome: RunOutcome, *, with_record: bool) -> str:
+    """One part's words in a run's message: "deterministic: 20 change(s) applied (record #3)"."""
+    words = outcome.message
+    if outcome.plan is not None and outcome.plan.part:
+        words = f"{outcome.plan.part}: {words}"
+    if with_record and outcome.record_id is not None:
+        words += f" (record #{outcome.record_id})"
+    return words

@@ -9,7 +9,6 @@
 - routes_ingest, routes_search, routes_memories, routes_edits, routes_listing, routes_ops,
   routes_status, routes_dream, routes_records: the endpoints, each module registering its group
   of routes on the app (``add_*_route(s)(app)``);
-- workers: background work of the API process (applying the vector-index outbox, warming up);
 - console: the web console at /ui.
 
 The package reaches the store through the use cases (``store.service.Store``, ``store.ingest``,

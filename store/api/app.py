@@ -26,11 +26,11 @@ from store.api.routes_ops import add_operational_routes
 from store.api.routes_records import add_record_routes
 from store.api.routes_search import add_search_route
 from store.api.routes_status import add_status_route
-from store.api.workers import IndexWorker, Warmer, settle_heap
 from store.clock import utc_now
 from store.coordination.dream_worker import Dreamer, DreamWorker
 from store.service import Store
 from store.status import UNKNOWN, StatusConfig
+from store.vector.workers import IndexWorker, Warmer, settle_heap
 
 
 def create_app(

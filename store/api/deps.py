@@ -10,8 +10,8 @@ from pydantic import StringConstraints, WithJsonSchema
 
 from store.api.auth import Principal, authenticate, presented_key
 from store.api.metrics import Metrics
-from store.api.workers import IndexWorker, Warmer
 from store.service import Store
+from store.vector.workers import IndexWorker, Warmer
 from store.write.reinforcement import Reinforcer
 
 MAX_ID = 2**63 - 1  # beyond a 64-bit id the database driver itself would fail

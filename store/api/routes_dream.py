@@ -53,6 +53,7 @@ class DreamOutcomeOut(BaseModel):
     namespace: str
     status: str
     record_id: int | None
+    records: list[int] = Field(default_factory=list)  # every record the run wrote
     message: str
 
 
@@ -94,6 +95,7 @@ def request_json(request: DreamRequestView) -> dict[str, Any]:
                 "namespace": str(outcome.get("namespace", "")),
                 "status": str(outcome.get("status", "")),
                 "record_id": outcome.get("record_id"),
+                "records": list(outcome.get("records") or []),
                 "message": str(outcome.get("message") or ""),
             }
             for outcome in request.outcomes

@@ -178,10 +178,12 @@ class SkippedOut(BaseModel):
 
 
 class UndoOut(BaseModel):
-    record_id: int  # the undo's own record (undo it to redo)
+    record_id: int | None  # the undo's own record (undo it to redo); None: nothing to undo
     undone_id: int
     restored: int
     skipped: list[SkippedOut]  # conflicting parts left as they are (force=true only)
+    # The record changed nothing undo could restore: not a failure, nothing written.
+    nothing_to_undo: str | None = None
 
 
 def _edited_out(state: Any, namespace: str, done: Edited, response: Response) -> dict[str, Any]:
@@ -313,7 +315,15 @@ def add_edit_routes(app: FastAPI) -> None:
                 str(exc),
                 [(f"{c.kind}.{c.target_id}", c.describe()) for c in exc.conflicts],
             ) from None
-        except (AlreadyUndone, ForgetIsFinal, NothingToUndo) as exc:
+        except NothingToUndo as exc:
+            return {
+                "record_id": None,
+                "undone_id": record_id,
+                "restored": 0,
+                "skipped": [],
+                "nothing_to_undo": str(exc),
+            }
+        except (AlreadyUndone, ForgetIsFinal) as exc:
             raise ApiError(409, str(exc), [("path.record_id", str(exc))]) from None
         return {
             "record_id": done.record_id,

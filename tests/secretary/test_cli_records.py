@@ -222,3 +222,15 @@ def test_records_diff_tells_merge_and_undo(run: Run, audited: dict[str, int]) ->
     failed = run("records", "diff", str(audited["failed"])).output
     assert "error: ValueError: bad reply\n  no changes" in failed
     assert "record 999 does not exist" in run("records", "diff", "999", code=1).stderr
+
+
+def test_undo_of_a_record_that_changed_nothing_says_so_and_exits_0(
+    run: Run, audited: dict[str, int]
+) -> None:
+    before = run("records", "list", "--json").output
+
+    result = run("undo", str(audited["failed"]))  # a failed run: it changed nothing
+
+    assert result.output.startswith("nothing to undo: record")
+    assert "changed nothing that undo could restore" in result.output
+    assert run("records", "list", "--json").output == before  # no undo record written

@@ -318,7 +318,7 @@ def test_dispatcher_dream_runs_every_job_in_order_on_each_namespace() -> None:
         (namespace, job) for namespace in ("maya", "sam") for job in JOB_NAMES
     ]
     assert {o["status"] for o in outcomes} == {"applied"}
-    assert set(outcomes[0]) == {"job", "namespace", "status", "record_id", "message"}
+    assert set(outcomes[0]) == {"job", "namespace", "status", "record_id", "records", "message"}
     assert set(calls.retried) == {True}
     assert dispatcher.wait_idle(0)
 

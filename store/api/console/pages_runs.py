@@ -151,7 +151,10 @@ async def undo_run(request: Request, record_id: int) -> Response:
         plan = plan_undo(here.store.db.writer, record_id)
         context = {"title": "Undo refused", "record": record, "plan": plan, "error": str(exc)}
         return page(request, "undo.html", context, status_code=409)
-    except (AlreadyUndone, ForgetIsFinal, NothingToUndo) as exc:
+    except NothingToUndo as exc:  # not a refusal: nothing was written, nothing had to be
+        context = {"title": "Nothing to undo", "record": record, "plan": None, "error": str(exc)}
+        return page(request, "undo.html", context)
+    except (AlreadyUndone, ForgetIsFinal) as exc:
         context = {"title": "Undo refused", "record": record, "plan": None, "error": str(exc)}
         return page(request, "undo.html", context, status_code=409)
     return see_other(f"/ui/runs/{record_id}?undone_by={done.record_id}")

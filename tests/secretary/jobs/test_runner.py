@@ -267,3 +267,25 @@ def test_run_job_pending_plan_blocks_the_next_run(world: World) -> None:
     assert again.status == "skipped"
     assert f"#{planned.record_id}" in again.message
     assert len(world.llm_requests) == 1
+
+
+def test_a_two_part_run_names_each_part_with_its_record(world: World) -> None:
+    """The linker writes its associative edges (no model) and its typed ones (the model) in
+    two records: the outcome names both, and first the one that changed something."""
+    ids = world.add(
+        [
+            {"content": "Maya went hiking in the Alps with Tom."},
+            {"content": "Maya and Tom went hiking in the Alps."},
+        ]
+    )
+    world.reply({"relations": []})  # the model adds nothing
+
+    outcome = world.run("linker")
+
+    first, second = outcome.records
+    assert outcome.record_id == first  # the deterministic part's, which made the edge
+    assert outcome.message == (
+        f"deterministic: 1 change(s) applied (1 operations) (record #{first}); "
+        f"model: nothing to do (record #{second})"
+    )
+    assert world.edges(ids[0]) == {(ids[0], ids[1], "associative")}

@@ -20,12 +20,12 @@ from sqlalchemy import func, select
 from secretary.config import Settings
 from store.api.app import create_app, serve
 from store.api.deps import api_state
-from store.api.workers import IndexWorker, backoff_delay
 from store.db import session_factory
 from store.models import ConversationLog, Memory
 from store.service import Store
 from store.settings import ApiKey, ApiSettings, DatabaseSettings, IngestSettings
 from store.vector.index import VectorIndexError
+from store.vector.workers import IndexWorker, backoff_delay
 
 KEY_A = "key-a-0123456789"
 KEY_B = "key-b-0123456789"

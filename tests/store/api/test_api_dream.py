@@ -144,6 +144,7 @@ def test_get_dream_shows_status_and_outcomes_within_the_keys_namespaces(keyed: S
             "namespace": "a",
             "status": "applied",
             "record_id": 4,
+            "records": [3, 4],  # a run of two parts names both
             "message": "1 change(s) applied",
         }
         requests.finish(request_id, picker="p", outcomes=[outcome], now=utc_now())

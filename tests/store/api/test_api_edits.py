@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from store.kinds import Outcome
 from store.service import Store
+from store.write.record_info import RecordInfo
 from tests.store.api.test_api import KEY_AB, A, B, auth
 from tests.store.api.test_api import app as app  # the fixtures: store, app, client
 from tests.store.api.test_api import client as client
@@ -258,3 +261,25 @@ def test_forget_refuses_log_filters_that_make_no_sense(
     assert response.status_code == status, response.text
     assert problems(response)[0] == where
     assert line_ids(store) == ids
+
+
+def test_undo_of_a_record_that_changed_nothing_is_200_and_writes_nothing(
+    client: TestClient, store: Store
+) -> None:
+    failed = store.db.writer.apply(
+        "a",
+        "extractor",
+        (),
+        now=datetime(2026, 5, 1, tzinfo=UTC),
+        info=RecordInfo(outcome=Outcome.FAILED, error="ValueError: bad reply"),
+    ).record_id
+    assert failed is not None
+    before = client.get("/v1/records", headers=A).json()
+
+    response = client.post(f"/v1/records/{failed}/undo", headers=A)
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["record_id"], body["undone_id"], body["restored"]) == (None, failed, 0)
+    assert "changed nothing that undo could restore" in body["nothing_to_undo"]
+    assert client.get("/v1/records", headers=A).json() == before

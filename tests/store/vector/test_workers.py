@@ -15,9 +15,9 @@ from sqlalchemy.exc import OperationalError
 from secretary.config import Settings
 from store.api.app import create_app
 from store.api.deps import api_state
-from store.api.workers import Warmer, settle_heap
 from store.service import Store
 from store.vector.index import VectorIndexError
+from store.vector.workers import Warmer, settle_heap
 from tests.helpers.fake_embedder import FakeEmbedder
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
