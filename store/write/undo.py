@@ -42,6 +42,7 @@ from store.write.undo_conflicts import (
     Conflict,
     UndoStep,
     find_conflicts,
+    kept_links,
     read_snapshot,
     strip_recall,
 )
@@ -295,7 +296,10 @@ class _Restorer:
         memory = self.session.get(Memory, step.target_id)
         assert memory is not None  # the plan checked it exists, under the namespace lock
         self.changes.touch(memory)
+        derived = kept_links(step)  # links the record did not change stay as they are now
         for name, value in memory_values(step.image or {}).items():
+            if name in derived:
+                continue
             if name == "importance":
                 set_importance(memory, value)  # the recall boost stays, as recalls do
             elif name not in RECALL_FIELDS and name != "id":

@@ -26,6 +26,17 @@ Action = Literal["delete", "restore", "recreate"]
 
 RECALL_FIELDS = frozenset({"access_count", "last_accessed", "base_importance"})
 LINK_FIELDS = ("prev_id", "next_id", "replaced_by_id")
+# A memory's place on the timeline: derived from the event times of the namespace's active
+# memories, so a neighbour's later arrival or departure is no change to the memory itself.
+TIMELINE_FIELDS = ("prev_id", "next_id")
+
+
+def kept_links(step: UndoStep) -> frozenset[str]:
+    """The timeline links a memory step did not change (before = after): undo neither compares
+    them with the row as it is now nor writes them back; the timeline keeps what it became."""
+    if step.kind != "memory" or step.image is None or step.expected is None:
+        return frozenset()
+    return frozenset(n for n in TIMELINE_FIELDS if step.image.get(n) == step.expected.get(n))
 
 
 # -- steps and conflicts ------------------------------------------------------------------------
@@ -133,10 +144,11 @@ def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
     if current is None:
         return Conflict(kind=step.kind, target_id=step.target_id, reason="deleted since")
     expected, now = strip_recall(step.expected), strip_recall(current)
+    derived = kept_links(step)
     diffs = tuple(
         FieldDiff(field=name, expected=expected.get(name), current=now.get(name))
         for name in sorted(expected.keys() | now.keys())
-        if expected.get(name) != now.get(name)
+        if expected.get(name) != now.get(name) and name not in derived
     )
     if not diffs:
         return None

@@ -29,6 +29,7 @@ from store.operations import (
 from store.schemas import MemoryIn
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
+from store.write import edits
 from store.write.record_info import RecordInfo
 from store.write.undo import (
     AlreadyUndone,
@@ -417,3 +418,35 @@ def test_records_api_filters_by_job_and_status(client: tuple[TestClient, Store])
     assert [r["id"] for r in undone] == [record_id]
     jobs = http.get("/v1/records?job=undo&limit=1", headers=headers).json()["records"]
     assert [r["undoes_id"] for r in jobs] == [record_id]
+
+
+def test_undo_of_an_edit_after_its_neighbour_was_deleted_applies(db: Database) -> None:
+    """A timeline relink is no change to the memory: undoing an edit of #2 after its neighbour
+    #3 was deleted restores #2's text and keeps the timeline as it became (issue 25)."""
+    ids = seed(db, 4)
+    edited = edits.edit(db.writer, "ns", ids[1], {"content": "fragment 1, corrected"}, now=LATER)
+    edits.delete(db.writer, "ns", ids[2], now=LATER + HOUR)
+    after_delete = timeline(db, "ns")
+
+    done = undo(db.writer, edited.record_id, now=LATER + 2 * HOUR)
+
+    assert done.skipped == ()
+    memory = db.memories.get("ns", ids[1])
+    assert memory is not None
+    assert memory.content == "fragment 1"
+    assert timeline(db, "ns") == after_delete == [ids[0], ids[1], ids[3]]
+
+
+def test_undo_of_an_edit_still_conflicts_when_a_person_changed_the_text_since(
+    db: Database,
+) -> None:
+    ids = seed(db, 3)
+    edited = edits.edit(db.writer, "ns", ids[1], {"content": "first correction"}, now=LATER)
+    edits.delete(db.writer, "ns", ids[2], now=LATER + HOUR)
+    edits.edit(db.writer, "ns", ids[1], {"content": "second correction"}, now=LATER + HOUR)
+
+    with pytest.raises(UndoConflict) as refused:
+        undo(db.writer, edited.record_id, now=LATER + 2 * HOUR)
+
+    (conflict,) = refused.value.conflicts
+    assert [d.field for d in conflict.fields if d.field in ("content", "next_id")] == ["content"]
