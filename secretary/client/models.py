@@ -144,10 +144,12 @@ class Skipped:
 
 @dataclass(frozen=True, kw_only=True)
 class UndoResult:
-    record_id: int  # the undo's own record (undo it to redo)
+    record_id: int | None  # the undo's own record (undo it to redo); None: nothing to undo
     undone_id: int
     restored: int
     skipped: tuple[Skipped, ...]  # conflicting parts left as they are (force only)
+    # The record changed nothing undo could restore (a failed or refused run): nothing written.
+    nothing_to_undo: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,6 +261,7 @@ class DreamOutcome:
     status: str
     record_id: int | None
     message: str
+    records: tuple[int, ...] = ()  # every record the run wrote (a job of two parts: two)
 
 
 @dataclass(frozen=True, kw_only=True)

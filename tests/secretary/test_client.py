@@ -339,3 +339,27 @@ async def _async_tour(url: str) -> None:
     async with AsyncSecretaryClient(f"http://127.0.0.1:{free_port()}", timeout=2) as nobody:
         with pytest.raises(ConnectionFailed):
             await nobody.health()
+
+
+def test_client_reads_an_undo_that_had_nothing_to_undo_and_a_run_of_two_records() -> None:
+    from secretary.client.models import DreamOutcome, UndoResult, parse
+
+    answer = {"record_id": None, "undone_id": 7, "restored": 0, "skipped": []}
+    nothing = parse(UndoResult, answer | {"nothing_to_undo": "record 7 (failed) changed nothing"})
+    outcome = parse(
+        DreamOutcome,
+        {
+            "job": "linker",
+            "namespace": "a",
+            "status": "applied",
+            "record_id": 3,
+            "message": "",
+            "records": [3, 4],
+        },
+    )
+
+    assert (nothing.record_id, nothing.nothing_to_undo) == (
+        None,
+        "record 7 (failed) changed nothing",
+    )
+    assert outcome.records == (3, 4)
