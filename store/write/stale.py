@@ -93,8 +93,8 @@ def drop_overtaken(unit: UnitOfWork) -> None:
         memories, lines = names(change)
         named |= memories
         cited |= lines
-    gone_memories = named - _present(unit.session, Memory, unit.namespace, named)
-    gone_lines = cited - _present(unit.session, ConversationLog, unit.namespace, cited)
+    gone_memories = named - present(unit.session, Memory, unit.namespace, named)
+    gone_lines = cited - present(unit.session, ConversationLog, unit.namespace, cited)
     if not gone_memories and not gone_lines:
         return
     dropped = drop_stale(
@@ -108,12 +108,13 @@ def drop_overtaken(unit: UnitOfWork) -> None:
         unit.record.status = RecordStatus.REFUSED.value
 
 
-def _present(
+def present(
     session: Session,
     table: type[Memory] | type[ConversationLog],
     namespace: str,
     ids: Iterable[int],
 ) -> set[int]:
+    """Return which of ``ids`` the namespace holds in ``table`` now."""
     found: set[int] = set()
     for chunk in chunks(ids):
         query = select(table.id).where(table.namespace == namespace, table.id.in_(chunk))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, delete, func, update
 
 from store.conflicts import (
     UPDATE_HINT,
@@ -42,7 +42,7 @@ from store.operations import UPDATABLE, CreateMemory, Operation, UpdateMemory
 from store.schemas import LogIn, MemoryIn
 from store.write.apply import apply_operation, new_memory
 from store.write.record_info import RecordInfo, Settlement
-from store.write.stale import drop_overtaken
+from store.write.stale import drop_overtaken, present
 from store.write.unit import UnitOfWork
 
 # A record that says nothing besides its operations (ingestion, restore, undo).
@@ -388,17 +388,9 @@ def _check_sources(unit: UnitOfWork, operations: Sequence[Operation]) -> None:
         for line in op.metadata.get("source_log_ids") or ()
         if isinstance(line, int)
     }
-    present: set[int] = set()
-    for chunk in chunks(cited):
-        present.update(
-            unit.session.scalars(
-                select(ConversationLog.id).where(
-                    ConversationLog.namespace == unit.namespace, ConversationLog.id.in_(chunk)
-                )
-            )
-        )
-    if cited - present:
-        raise LinesForgotten(sorted(cited - present))
+    gone = cited - present(unit.session, ConversationLog, unit.namespace, cited)
+    if gone:
+        raise LinesForgotten(sorted(gone))
 
 
 def _new_memory(namespace: str, item: MemoryIn, *, now: datetime, source: str) -> Memory:
