@@ -179,36 +179,74 @@ def _short(value: Any) -> str:
 @click.command()
 @click.argument("record_id", metavar="RECORD", type=click.IntRange(min=1))
 @click.option(
-    "--dry-run", is_flag=True, help="Print what would be restored and any conflicts; write nothing."
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be restored, any conflicts and the records they come from; write"
+    " nothing. With --cascade, print every record the cascade would undo.",
+)
+@click.option(
+    "--cascade",
+    is_flag=True,
+    help="Also undo the later records that depend on this one (a refused undo names them),"
+    " newest first, in the same transaction and as one undo record.",
 )
 @click.option(
     "--force",
     is_flag=True,
-    help="Apply the parts that do not conflict; the undo record lists what was skipped.",
+    help="Apply the parts that do not conflict; the undo record lists what was skipped. With"
+    " --cascade: skip only what no later record explains (what an erasure made final).",
 )
 @click.option("--no-index", is_flag=True, help="Leave re-embedding to the daemon (outbox).")
 @pass_context
-def undo(ctx: Context, record_id: int, dry_run: bool, force: bool, no_index: bool) -> None:
-    """Undo a record: restore its rows, relations and timeline links in one transaction.
+def undo(
+    ctx: Context, record_id: int, dry_run: bool, cascade: bool, force: bool, no_index: bool
+) -> None:
+    """Undo a record: put back the fields it changed, in one transaction.
 
-    The undo is a record of its own (job "undo"), so it can be undone in turn. If a
-    memory changed after the record, nothing is written and the conflicts are listed;
-    --force undoes the rest. Recall statistics (access count, last access) are kept.
+    Only what the record changed is restored: a later change to other fields of the same
+    memories stays, and the timeline and versions are recomputed. The undo is a record of its
+    own (job "undo"), so it can be undone in turn.
+
+    If a later record changed the same fields, or built on what this one created (a relation
+    to a memory it added, say), nothing is written and the later records are named, newest
+    first: undo them first, or add --cascade to undo them with this one. --force instead
+    applies only the parts that do not conflict. Recall statistics are kept.
+
+    \b
+    Examples:
+      secretary undo 42 --dry-run            what it would do, and what blocks it
+      secretary undo 42 --cascade --dry-run  every record a cascade would take back
+      secretary undo 42 --cascade
     """
-    from store.write.undo import NothingToUndo, plan_undo
+    from store.write.undo import NothingToUndo, plan_cascade, plan_undo
     from store.write.undo import undo as undo_record
 
     with _store(ctx) as store:
         try:
+            if dry_run and cascade:
+                parts = plan_cascade(store.db.writer, record_id, now=utc_now(), force=force).parts
+                if len(parts) > 1:
+                    order = ", ".join(f"#{part.record_id}" for part in parts)
+                    click.echo(f"undoing record {record_id} with --cascade undoes {order}:")
+                for part in parts:
+                    _print_plan(part, cascading=True)
+                click.echo("dry run: nothing written")
+                return
             if dry_run:
                 _print_plan(plan_undo(store.db.writer, record_id))
+                click.echo("dry run: nothing written")
                 return
-            result = undo_record(store.db.writer, record_id, now=utc_now(), force=force)
+            result = undo_record(
+                store.db.writer, record_id, now=utc_now(), force=force, cascade=cascade
+            )
         except NothingToUndo as exc:  # not a failure: the store is as undoing it would leave it
             click.echo(f"nothing to undo: {exc}")
             return
+        also = ""
+        if result.cascaded:
+            also = " with " + ", ".join(f"#{rid}" for rid in result.cascaded) + " (--cascade)"
         click.echo(
-            f"record {record_id} undone by record {result.record_id}: "
+            f"record {record_id}{also} undone by record {result.record_id}: "
             f"{result.restored} rows restored"
         )
         for conflict in result.skipped:
@@ -217,14 +255,17 @@ def undo(ctx: Context, record_id: int, dry_run: bool, force: bool, no_index: boo
             _sync(store)
 
 
-def _print_plan(plan: UndoPlan) -> None:
+def _print_plan(plan: UndoPlan, *, cascading: bool = False) -> None:
     click.echo(f"undoing record {plan.record_id} ({plan.job}, namespace {plan.namespace!r}) would:")
     for step in plan.applicable:
         click.echo(f"  {step.describe()}")
     if not plan.applicable:
         click.echo("  nothing: every part conflicts")
-    if plan.conflicts:
+    if plan.conflicts and not cascading:
         click.echo(f"conflicts ({len(plan.conflicts)}), refused unless --force skips them:")
         for conflict in plan.conflicts:
             click.echo(f"  {conflict.describe()}")
-    click.echo("dry run: nothing written")
+    if plan.dependents and not cascading:
+        click.echo("later records it depends on, newest first (--cascade undoes them with it):")
+        for dependent in plan.dependents:
+            click.echo(f"  {dependent.describe()}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 
 from loguru import logger
@@ -46,20 +46,27 @@ def run_cycle(
     for name in names:
         get_job(name)  # an unknown name fails before anything runs
     outcomes = []
+    started = monotonic()
+
+    def run(name: str, namespace: str) -> RunOutcome:
+        # A run starts when it starts, not when the cycle did (after waiting its turn, too):
+        # the records of one night tell their runs apart in time.
+        at = now + timedelta(seconds=max(0.0, monotonic() - started))
+        return run_job(
+            store,
+            settings,
+            name,
+            namespace,
+            now=at,
+            dry_run=dry_run,
+            retry_quarantined=retry_quarantined,
+            llm=llm,
+        )
+
     for namespace in namespaces or store.db.work.namespaces_with_work():
         for name in names:
             outcome = _run_in_turn(
-                partial(
-                    run_job,
-                    store,
-                    settings,
-                    name,
-                    namespace,
-                    now=now,
-                    dry_run=dry_run,
-                    retry_quarantined=retry_quarantined,
-                    llm=llm,
-                ),
+                partial(run, name, namespace),
                 patience=settings.jobs.run_lock_seconds,
                 sleep=sleep,
                 monotonic=monotonic,

@@ -115,15 +115,16 @@ class Ledger:
         )
         return Truth(turns=self.truths[namespace].turns, pollutants=new.pollutants)
 
-    def check(self, store: Store, night: datetime) -> int:
-        """Read every namespace back; return how many turns are lost tonight."""
+    def check(self, store: Store, night: datetime, *, purged_at: datetime) -> int:
+        """Read every namespace back; return how many turns are lost tonight (``purged_at``:
+        when tonight's retention ran)."""
         lost = 0
         for namespace, truth in self.truths.items():
             found = images(store, namespace)
             chains = self.chains.setdefault(namespace, Chains())
             gone = {i for i, s in chains.status.items() if s != "purged"} - set(found)
             self.purged |= gone
-            self.purged_early |= {i for i in gone if night - self.updated[i] < self.window}
+            self.purged_early |= {i for i in gone if purged_at - self.updated[i] < self.window}
             chains.see(found, purged=gone)
             for memory_id, image in found.items():
                 self.updated[memory_id] = _utc(image["updated_at"])
@@ -255,7 +256,11 @@ def run_days(
                     for o in outcomes
                     if o.status == "failed"
                 ]
-                lost = ledger.check(store, night)
+                # Each run of the cycle starts at its own time: retention's is when it purged.
+                purged_at = max(
+                    (r.started_at for r in records if r.job == "retention"), default=night
+                )
+                lost = ledger.check(store, night, purged_at=purged_at)
                 if check:
                     tonight = ([r.id for r in records], before, export_lines(store, namespaces))
                     copy_of = partial(_copy, stores, data_dir)

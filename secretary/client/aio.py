@@ -236,9 +236,16 @@ class AsyncSecretaryClient:
     async def record_diff(self, record_id: int) -> RecordDiff:
         return await self.send(self.calls.record_diff(record_id))
 
-    async def undo(self, record_id: int, *, force: bool = False) -> UndoResult:
-        """Put back what a record changed (Conflict if something changed since, unless force)."""
-        return await self.send(self.calls.undo(record_id, force=force))
+    async def undo(
+        self, record_id: int, *, force: bool = False, cascade: bool = False
+    ) -> UndoResult:
+        """Put back what a record changed.
+
+        Conflict if a later record changed the same fields or built on what it created (the
+        error's details name those records); ``force`` skips the parts that conflict,
+        ``cascade`` undoes those later records too, newest first, in the same undo.
+        """
+        return await self.send(self.calls.undo(record_id, force=force, cascade=cascade))
 
     async def dream(
         self,

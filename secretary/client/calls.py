@@ -399,11 +399,14 @@ class Calls:
     def record_diff(self, record_id: int) -> Call[RecordDiff]:
         return Call(method="GET", path=f"/v1/records/{record_id}/diff", read=_one(RecordDiff))
 
-    def undo(self, record_id: int, *, force: bool = False) -> Call[UndoResult]:
+    def undo(
+        self, record_id: int, *, force: bool = False, cascade: bool = False
+    ) -> Call[UndoResult]:
+        flags = (("force", force), ("cascade", cascade))
         return Call(
             method="POST",
             path=f"/v1/records/{record_id}/undo",
-            params=(("force", "true"),) if force else (),
+            params=tuple((name, "true") for name, on in flags if on),
             read=_one(UndoResult),
         )
 

@@ -150,6 +150,7 @@ class UndoResult:
     skipped: tuple[Skipped, ...]  # conflicting parts left as they are (force only)
     # The record changed nothing undo could restore (a failed or refused run): nothing written.
     nothing_to_undo: str | None = None
+    cascaded: tuple[int, ...] = ()  # later records undone with it, newest first (cascade)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -227,9 +227,14 @@ class SecretaryClient:
     def record_diff(self, record_id: int) -> RecordDiff:
         return self.send(self.calls.record_diff(record_id))
 
-    def undo(self, record_id: int, *, force: bool = False) -> UndoResult:
-        """Put back what a record changed (Conflict if something changed since, unless force)."""
-        return self.send(self.calls.undo(record_id, force=force))
+    def undo(self, record_id: int, *, force: bool = False, cascade: bool = False) -> UndoResult:
+        """Put back what a record changed.
+
+        Conflict if a later record changed the same fields or built on what it created (the
+        error's details name those records); ``force`` skips the parts that conflict,
+        ``cascade`` undoes those later records too, newest first, in the same undo.
+        """
+        return self.send(self.calls.undo(record_id, force=force, cascade=cascade))
 
     def dream(
         self,

@@ -23,7 +23,13 @@ from store.schemas import NOT_BLANK, Key, MemoryPatch, Timestamp
 from store.shapes.memory import memory_json
 from store.write.edits import Edited, NotActive, VersionConflict
 from store.write.forget import ForgetSelection, LogFilter
-from store.write.undo import AlreadyUndone, ForgetIsFinal, NothingToUndo, UndoConflict, undo
+from store.write.undo import (
+    AlreadyUndone,
+    ForgetIsFinal,
+    NothingToUndo,
+    UndoConflict,
+    undo,
+)
 
 CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorOut, "description": "the memory changed (If-Match) or is not active"}
@@ -182,6 +188,7 @@ class UndoOut(BaseModel):
     undone_id: int
     restored: int
     skipped: list[SkippedOut]  # conflicting parts left as they are (force=true only)
+    cascaded: list[int] = []  # later records undone with it, newest first (cascade=true)
     # The record changed nothing undo could restore: not a failure, nothing written.
     nothing_to_undo: str | None = None
 
@@ -299,12 +306,25 @@ def add_edit_routes(app: FastAPI) -> None:
         caller: Caller,
         record_id: Annotated[int, Path(ge=1, le=MAX_ID)],
         force: Annotated[
-            bool, Query(description="Apply the parts that do not conflict, skip the rest.")
+            bool,
+            Query(
+                description="Apply the parts that do not conflict, skip the rest (with cascade:"
+                " the parts no later record explains, such as what an erasure made final)."
+            ),
+        ] = False,
+        cascade: Annotated[
+            bool,
+            Query(
+                description="Also undo the later records that depend on it (a refusal names"
+                " them in its details), newest first, in one transaction and one undo record."
+            ),
         ] = False,
     ) -> dict[str, Any]:
         try:
             state.store.db.records.get(record_id, namespaces=caller.namespaces)
-            done = undo(state.store.db.writer, record_id, now=state.clock(), force=force)
+            done = undo(
+                state.store.db.writer, record_id, now=state.clock(), force=force, cascade=cascade
+            )
         except NotFound:
             raise ApiError(
                 404, f"record {record_id} does not exist", [("path.record_id", "no such record")]
@@ -313,7 +333,11 @@ def add_edit_routes(app: FastAPI) -> None:
             raise ApiError(
                 409,
                 str(exc),
-                [(f"{c.kind}.{c.target_id}", c.describe()) for c in exc.conflicts],
+                [(f"{c.kind}.{c.target_id}", c.describe()) for c in exc.conflicts]
+                + [
+                    (f"record.{d.record_id}", f"depends on it: {d.describe()}")
+                    for d in exc.dependents
+                ],
             ) from None
         except NothingToUndo as exc:
             return {
@@ -333,4 +357,5 @@ def add_edit_routes(app: FastAPI) -> None:
                 {"kind": c.kind, "target_id": c.target_id, "reason": c.describe()}
                 for c in done.skipped
             ],
+            "cascaded": list(done.cascaded),
         }

@@ -1,11 +1,16 @@
 """Maintenance records: undoing one, as a record of its own.
 
-An undo walks the record's operations in reverse and writes every before image back in one
-transaction, through a restoring unit of work (``Writer.unit(..., restoring=True)``): versions
-are restored rather than bumped, and the vector index follows through the outbox. The undo
-record names what it undid (``undoes_id``);
-the undone record points back (``undone_by_id``) and gets status "undone". Undoing an undo puts
-the original back in force, so the original may be undone again later.
+An undo walks the record's operations in reverse and writes the fields they changed back in
+one transaction, through a restoring unit of work (``Writer.unit(..., restoring=True)``); a
+later change to other fields of the same rows stays, and derived state (the timeline, versions,
+the vector index through the outbox) is recomputed (store.write.undo_restore). The undo record
+names what it undid (``undoes_id``); the undone record points back (``undone_by_id``) and gets
+status "undone". Undoing an undo puts the original back in force, so it may be undone again.
+
+An undo that later records depend on (they changed the same fields, or built on what the
+record created) is refused and names them (store.write.undo_dependents). ``cascade=True``
+undoes them too, newest first and then the record, in the same transaction and as one undo
+record (stats "cascade" lists them); undoing that record puts them all back in force.
 
 Recall statistics (access_count, last_accessed, base_importance) are neither compared nor
 restored on rows that still exist: a recall after a record is not a change to what it did, and
@@ -18,34 +23,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from store.db import session_factory
 from store.errors import NotFound, StoreError
-from store.images import log_values, memory_values, relation_values
 from store.kinds import RecordStatus
-from store.models import (
-    ConversationLog,
-    MaintenanceOperation,
-    MaintenanceRecord,
-    Memory,
-    MemoryRelation,
-)
-from store.write.apply import set_importance
+from store.models import MaintenanceOperation, MaintenanceRecord
 from store.write.undo_conflicts import (
-    LINK_FIELDS,
-    RECALL_FIELDS,
     Action,
     Conflict,
     UndoStep,
     find_conflicts,
-    kept_links,
     read_snapshot,
-    strip_recall,
+    visible,
 )
+from store.write.undo_dependents import Dependent, find_dependents
+from store.write.undo_restore import Restorer
 from store.write.unit import UnitOfWork
 from store.write.writer import Writer
 
@@ -76,21 +71,49 @@ class ForgetIsFinal(StoreError):
 
 
 class UndoConflict(StoreError):
-    """Rows changed after the record; nothing was written. ``conflicts`` lists them."""
+    """Rows changed after the record; nothing was written. ``conflicts`` lists them and
+    ``dependents`` the later records that changed them, newest first (the order to undo)."""
 
-    def __init__(self, record_id: int, conflicts: Sequence[Conflict], *, forced: bool) -> None:
+    def __init__(
+        self,
+        record_id: int,
+        conflicts: Sequence[Conflict],
+        *,
+        forced: bool,
+        dependents: Sequence[Dependent] = (),
+        cascading: bool = False,
+    ) -> None:
         self.record_id = record_id
         self.conflicts = tuple(conflicts)
+        self.dependents = tuple(dependents)
         shown = "; ".join(conflict.describe() for conflict in self.conflicts[:20])
         more = f" (and {len(self.conflicts) - 20} more)" if len(self.conflicts) > 20 else ""
-        hint = (
-            "every part conflicts, so even forcing (--force) has nothing to apply"
-            if forced
-            else "forcing it (--force) applies the parts that do not conflict"
-        )
-        super().__init__(
-            f"record {record_id} cannot be undone, nothing written: {shown}{more}; {hint}"
-        )
+        message = f"record {record_id} cannot be undone, nothing written: {shown}{more}"
+        finals = [d for d in self.dependents if d.final]
+        if self.dependents:
+            named = "; ".join(d.describe() for d in self.dependents)
+            message += f". Later records depend on it: {named}"
+        if finals:
+            erased = ", ".join(f"#{d.record_id} ({d.job})" for d in finals)
+            message += (
+                f". {erased} erased what it changed, and an erasure cannot be undone, so"
+                " neither can this record as a whole"
+            )
+        elif self.dependents and not cascading:
+            order = ", then ".join(f"#{d.record_id}" for d in self.dependents)
+            message += (
+                f". Undo them first, newest first ({order}), or undo this record with"
+                " --cascade to take them back with it in one step"
+            )
+        elif cascading:
+            message += ". No later record in force explains it, so --cascade cannot help"
+        if forced:
+            message += "; even forcing (--force) has nothing to apply, every part conflicts"
+        elif cascading:
+            message += "; adding --force skips those parts and undoes the rest"
+        else:
+            message += "; forcing it (--force) applies only the parts that do not conflict"
+        super().__init__(message)
 
 
 # -- the plan and the result -------------------------------------------------------------------
@@ -103,6 +126,7 @@ class UndoPlan:
     job: str
     steps: tuple[UndoStep, ...]  # in reverse operation order
     conflicts: tuple[Conflict, ...]
+    dependents: tuple[Dependent, ...] = ()  # later records that cause the conflicts
 
     @property
     def applicable(self) -> tuple[UndoStep, ...]:
@@ -111,17 +135,33 @@ class UndoPlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CascadePlan:
+    """Undoing a record with the later records that depend on it: ``parts`` newest first, the
+    record itself last; each part planned on the store as the parts before it leave it."""
+
+    record_id: int
+    namespace: str
+    parts: tuple[UndoPlan, ...]
+
+    @property
+    def cascaded(self) -> tuple[int, ...]:
+        return tuple(part.record_id for part in self.parts[:-1])
+
+
+@dataclass(frozen=True, kw_only=True)
 class UndoResult:
     record_id: int  # the undo record
     undone_id: int
     restored: int
     skipped: tuple[Conflict, ...]
+    cascaded: tuple[int, ...] = ()  # later records undone with it, newest first
 
 
 def steps_of(operations: Iterable[MaintenanceOperation]) -> tuple[UndoStep, ...]:
     """Return the steps that undo ``operations``, last operation first.
 
-    Operations that differ only in recall statistics have nothing to undo and give no step.
+    Operations that changed only derived state (a timeline relink, say) or recall statistics
+    have nothing to undo and give no step.
     """
     steps: list[UndoStep] = []
     for op in sorted(operations, key=lambda o: o.seq, reverse=True):
@@ -129,8 +169,8 @@ def steps_of(operations: Iterable[MaintenanceOperation]) -> tuple[UndoStep, ...]
             action: Action = "delete"
         elif op.after is None:
             action = "recreate"
-        elif strip_recall(op.before) == strip_recall(op.after):
-            continue
+        elif visible(op.before) == visible(op.after) and not op.after.get("forgotten"):
+            continue  # only derived state or recall statistics changed: nothing to undo
         else:
             action = "restore"
         steps.append(
@@ -171,6 +211,7 @@ def _load(session: Session, record_id: int) -> tuple[MaintenanceRecord, UndoPlan
         job=record.job,
         steps=steps,
         conflicts=conflicts,
+        dependents=find_dependents(session, record, conflicts) if conflicts else (),
     )
     return record, plan
 
@@ -181,169 +222,157 @@ def plan_undo(writer: Writer, record_id: int) -> UndoPlan:
         return _load(session, record_id)[1]
 
 
+def plan_cascade(
+    writer: Writer, record_id: int, *, now: datetime, force: bool = False
+) -> CascadePlan:
+    """Return the undo of the record with every later record it needs undone first.
+
+    The parts are tried in a transaction that is rolled back, so each is planned on the store
+    the newer ones leave; nothing is written. Raise UndoConflict if a conflict has no later
+    record in force to undo, or one of them is an erasure, unless ``force``: then those parts
+    are skipped, as a forced undo skips them.
+    """
+    plan = plan_undo(writer, record_id)
+    if not plan.conflicts:
+        return CascadePlan(record_id=record_id, namespace=plan.namespace, parts=(plan,))
+    chosen, forcing = {record_id}, False
+    while True:
+        try:
+            with writer.unit(plan.namespace, "undo", now, restoring=True) as unit:
+                raise _Tried(_undo_parts(unit, sorted(chosen, reverse=True), force=forcing))
+        except _Tried as tried:
+            return CascadePlan(record_id=record_id, namespace=plan.namespace, parts=tried.parts)
+        except UndoConflict as blocked:
+            more = {d.record_id for d in blocked.dependents if not d.final} - chosen
+            if more:
+                chosen |= more
+            elif force and not forcing:
+                forcing = True  # what no later record explains, or an erasure, is skipped
+            else:
+                raise UndoConflict(
+                    blocked.record_id,
+                    blocked.conflicts,
+                    forced=forcing,
+                    dependents=blocked.dependents,
+                    cascading=True,
+                ) from None
+
+
+class _Tried(Exception):
+    """Rolls a trial of the cascade back, carrying what it planned."""
+
+    def __init__(self, parts: tuple[UndoPlan, ...]) -> None:
+        self.parts = parts
+
+
 # -- applying ----------------------------------------------------------------------------------
 
 
-def undo(writer: Writer, record_id: int, *, now: datetime, force: bool = False) -> UndoResult:
+def undo(
+    writer: Writer,
+    record_id: int,
+    *,
+    now: datetime,
+    force: bool = False,
+    cascade: bool = False,
+) -> UndoResult:
     """Undo a record in one transaction, as a record of job "undo"; return that record.
 
-    Raise UndoConflict (writing nothing) if rows changed since the record, unless ``force``:
-    then the parts that do not conflict are applied and the undo record's stats list the rest.
+    Raise UndoConflict (writing nothing) if later changes conflict, naming the later records
+    that made them. With ``cascade`` those later records are undone too, newest first, in the
+    same transaction and record. With ``force`` the parts that still conflict (with a cascade:
+    those no later record in force explains, or an erasure made final) are skipped and the
+    undo record's stats list them.
     """
     with session_factory(writer.engine)() as session:
         record = session.get(MaintenanceRecord, record_id)
         if record is None:
             raise NotFound("record", record_id)
         namespace = record.namespace
+    order: tuple[int, ...] = (record_id,)
+    if cascade:
+        cascaded = plan_cascade(writer, record_id, now=now, force=force)
+        order = tuple(part.record_id for part in cascaded.parts)
     with writer.unit(namespace, "undo", now, restoring=True) as unit:
         # Planned again inside the transaction, under the namespace lock: nothing can change
         # between the conflict check and the writes.
         session = unit.session
-        record, plan = _load(session, record_id)
-        if plan.conflicts and not force:
-            raise UndoConflict(record_id, plan.conflicts, forced=False)
-        if not plan.applicable:
-            raise UndoConflict(record_id, plan.conflicts, forced=True)
-        _Restorer(unit).run(plan.applicable)
+        records = [_record(session, rid) for rid in order]
+        previous = {str(r.id): r.status for r in records}
+        parts = _undo_parts(unit, order, force=force)
         undo_record = unit.record
         undo_record.undoes_id = record_id
+        skipped = [c for part in parts for c in part.conflicts]
+        restored = sum(len(part.applicable) for part in parts)
         undo_record.stats = {
             "undoes": record_id,
-            "previous_status": record.status,
-            "restored": len(plan.applicable),
-            "skipped": [conflict.as_json() for conflict in plan.conflicts],
+            "previous_status": previous[str(record_id)],
+            "restored": restored,
+            "skipped": [conflict.as_json() for conflict in skipped],
         }
+        if len(order) > 1:
+            undo_record.stats |= {"cascade": list(order[:-1]), "previous_statuses": previous}
         session.flush()
-        _mark_undone(session, record, by=undo_record)
+        for undone in records:
+            _set_undone(session, undone, by=undo_record)
     return UndoResult(
         record_id=undo_record.id,
         undone_id=record_id,
-        restored=len(plan.applicable),
-        skipped=plan.conflicts,
+        restored=restored,
+        skipped=tuple(skipped),
+        cascaded=order[:-1],
     )
 
 
-def _mark_undone(session: Session, record: MaintenanceRecord, *, by: MaintenanceRecord) -> None:
-    """Mark ``record`` undone by ``by``; if it was itself an undo, its target is back in force.
-
-    That alternates down a chain of undos of undos: each level flips.
-    """
-    undone, undoer = record, by
-    while True:
-        undone.status = RecordStatus.UNDONE.value
-        undone.undone_by_id = undoer.id
-        if undone.undoes_id is None:
-            return
-        back = session.get(MaintenanceRecord, undone.undoes_id)
-        if back is None:  # records are never deleted; a missing one leaves nothing to flip
-            return
-        back.status = str(undone.stats.get("previous_status", RecordStatus.APPLIED.value))
-        back.undone_by_id = None
-        if back.undoes_id is None:
-            return
-        following = session.get(MaintenanceRecord, back.undoes_id)
-        if following is None:
-            return
-        undone, undoer = following, back
+def _record(session: Session, record_id: int) -> MaintenanceRecord:
+    record = session.get(MaintenanceRecord, record_id)
+    if record is None:
+        raise NotFound("record", record_id)
+    return record
 
 
-class _Restorer:
-    """Writes the steps in an order that every immediate foreign key check accepts."""
+def _undo_parts(unit: UnitOfWork, order: Sequence[int], *, force: bool) -> tuple[UndoPlan, ...]:
+    """Undo the records in ``order`` one after the other in the unit; return their plans."""
+    parts: list[UndoPlan] = []
+    for record_id in order:
+        _, plan = _load(unit.session, record_id)
+        if plan.conflicts and not force:
+            raise UndoConflict(record_id, plan.conflicts, forced=False, dependents=plan.dependents)
+        if not plan.applicable:
+            raise UndoConflict(record_id, plan.conflicts, forced=True, dependents=plan.dependents)
+        Restorer(unit).run(plan.applicable)
+        unit.session.flush()
+        parts.append(plan)
+    return tuple(parts)
 
-    def __init__(self, unit: UnitOfWork) -> None:
-        self.session = unit.session
-        self.changes = unit
 
-    def run(self, steps: Sequence[UndoStep]) -> None:
-        def picked(kind: str, action: Action) -> list[UndoStep]:
-            return [s for s in steps if s.kind == kind and s.action == action]
+# -- in force or undone ------------------------------------------------------------------------
 
-        # Recreated memories come first, unlinked, so that restored rows can point at them;
-        # their own links are set once every row they point at exists again.
-        recreated = self._recreate_memories(picked("memory", "recreate"))
-        for step in picked("memory", "restore"):
-            self._restore_memory(step)
-        self.session.flush()
-        for memory, links in recreated:
-            for name, value in links.items():
-                setattr(memory, name, value)
-        self.session.flush()
-        self._delete_relations(picked("relation", "delete"))
-        for step in picked("relation", "recreate"):
-            self._recreate_relation(step)
-        for step in picked("relation", "restore"):
-            self._restore_relation(step)
-        for step in picked("log", "restore"):
-            self._restore_log(step)
-        self.session.flush()
-        # Created memories go last: by now nothing restored points at them any more.
-        self._delete_memories(picked("memory", "delete"))
 
-    def _recreate_memories(self, steps: Sequence[UndoStep]) -> list[tuple[Memory, dict[str, Any]]]:
-        rows: list[tuple[Memory, dict[str, Any]]] = []
-        for step in steps:
-            values = memory_values(step.image or {})
-            links = {name: values.pop(name) for name in LINK_FIELDS}
-            memory = Memory(**values)
-            self.session.add(memory)
-            rows.append((memory, links))
-        self.session.flush()
-        for memory, _ in rows:
-            self.changes.created(memory)
-        return rows
+def _targets(session: Session, undo_record: MaintenanceRecord) -> list[MaintenanceRecord]:
+    """The records an undo record took back: the one it names and those it cascaded to."""
+    if undo_record.undoes_id is None:
+        return []
+    ids = [undo_record.undoes_id, *(undo_record.stats or {}).get("cascade", [])]
+    # Records are never deleted; a missing one leaves nothing to flip.
+    return [r for r in (session.get(MaintenanceRecord, i) for i in ids) if r is not None]
 
-    def _restore_memory(self, step: UndoStep) -> None:
-        memory = self.session.get(Memory, step.target_id)
-        assert memory is not None  # the plan checked it exists, under the namespace lock
-        self.changes.touch(memory)
-        derived = kept_links(step)  # links the record did not change stay as they are now
-        for name, value in memory_values(step.image or {}).items():
-            if name in derived:
-                continue
-            if name == "importance":
-                set_importance(memory, value)  # the recall boost stays, as recalls do
-            elif name not in RECALL_FIELDS and name != "id":
-                setattr(memory, name, value)
 
-    def _recreate_relation(self, step: UndoStep) -> None:
-        relation = MemoryRelation(**relation_values(step.image or {}))
-        self.session.add(relation)
-        self.session.flush()
-        self.changes.created(relation)
+def _set_undone(session: Session, record: MaintenanceRecord, *, by: MaintenanceRecord) -> None:
+    """Mark ``record`` undone by ``by``; if it was itself an undo, what it took back is in force
+    again (and so on down a chain of undos of undos: each level flips)."""
+    record.status = RecordStatus.UNDONE.value
+    record.undone_by_id = by.id
+    for target in _targets(session, record):
+        _set_in_force(session, target, undoer=record)
 
-    def _restore_relation(self, step: UndoStep) -> None:
-        relation = self.session.get(MemoryRelation, step.target_id)
-        assert relation is not None  # the plan checked it exists, under the namespace lock
-        self.changes.touch(relation)
-        for name, value in relation_values(step.image or {}).items():
-            if name != "id":
-                setattr(relation, name, value)
 
-    def _restore_log(self, step: UndoStep) -> None:
-        line = self.session.get(ConversationLog, step.target_id)
-        assert line is not None  # the plan checked it exists, under the namespace lock
-        self.changes.touch(line)
-        for name, value in log_values(step.image or {}).items():
-            if name != "id":
-                setattr(line, name, value)
-
-    def _delete_relations(self, steps: Sequence[UndoStep]) -> None:
-        rows = [self.session.get(MemoryRelation, step.target_id) for step in steps]
-        self._delete([row for row in rows if row is not None])
-
-    def _delete_memories(self, steps: Sequence[UndoStep]) -> None:
-        rows = [self.session.get(Memory, step.target_id) for step in steps]
-        present = [row for row in rows if row is not None]
-        for row in present:
-            self.changes.deleted(row)  # before the links change: the image is the stored row
-        # Links among the rows going away would otherwise depend on the order of deletes.
-        for row in present:
-            row.prev_id = row.next_id = row.replaced_by_id = None
-        self.session.flush()
-        self._delete(present)
-
-    def _delete(self, rows: Sequence[Memory | MemoryRelation]) -> None:
-        for row in rows:
-            self.changes.deleted(row)
-            self.session.delete(row)
-        self.session.flush()
+def _set_in_force(
+    session: Session, record: MaintenanceRecord, *, undoer: MaintenanceRecord
+) -> None:
+    stats = undoer.stats or {}
+    status = stats.get("previous_statuses", {}).get(str(record.id))
+    record.status = str(status or stats.get("previous_status", RecordStatus.APPLIED.value))
+    record.undone_by_id = None
+    for target in _targets(session, record):
+        _set_undone(session, target, by=record)

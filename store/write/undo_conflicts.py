@@ -1,8 +1,14 @@
 """Undo's view of conflicts: what the database holds now, and which steps cannot be applied.
 
-A step conflicts when its row changed since the record (recall statistics aside), or when
-applying it alongside the other steps would leave a dangling link or a duplicate key. The
-checks are pure functions over a Snapshot; ``read_snapshot`` alone reads the database.
+Undo is field by field: a step restores only the fields its record changed, so a later change
+to other fields of the same row is kept and is no conflict. A step conflicts when a later
+change touched one of those fields (or, for a row the record created, any field a person
+sees), or when applying it alongside the other steps would leave a dangling reference or a
+duplicate key. Derived state (timeline links, version, updated_at, content_hash) is never
+compared: the undo recomputes it. Each conflict names the row that blocks it (``blocker``), so
+store.write.undo can name the later records that depend on what is undone.
+
+The checks are pure functions over a Snapshot; ``read_snapshot`` alone reads the database.
 Conversation log lines are only ever restored (a record images a line only when an ingest
 updated it): such a step conflicts when the line changed since, or was forgotten.
 """
@@ -25,18 +31,20 @@ Key = tuple[str, int]  # ("memory" | "relation" | "log", id)
 Action = Literal["delete", "restore", "recreate"]
 
 RECALL_FIELDS = frozenset({"access_count", "last_accessed", "base_importance"})
-LINK_FIELDS = ("prev_id", "next_id", "replaced_by_id")
 # A memory's place on the timeline: derived from the event times of the namespace's active
 # memories, so a neighbour's later arrival or departure is no change to the memory itself.
 TIMELINE_FIELDS = ("prev_id", "next_id")
+# What the store recomputes rather than keeps: the timeline, the change counter and its date,
+# the hash of the content. Undo neither compares these nor writes them back from an image.
+DERIVED_FIELDS = frozenset({*TIMELINE_FIELDS, "version", "updated_at", "content_hash"})
+_NOT_COMPARED = RECALL_FIELDS | DERIVED_FIELDS | {"id"}
+# Columns that name another memory: a restored value must name one that exists.
+REFERENCES = {"memory": ("replaced_by_id",), "relation": ("source_id", "target_id")}
 
 
-def kept_links(step: UndoStep) -> frozenset[str]:
-    """The timeline links a memory step did not change (before = after): undo neither compares
-    them with the row as it is now nor writes them back; the timeline keeps what it became."""
-    if step.kind != "memory" or step.image is None or step.expected is None:
-        return frozenset()
-    return frozenset(n for n in TIMELINE_FIELDS if step.image.get(n) == step.expected.get(n))
+def visible(image: Mapping[str, Any]) -> Image:
+    """Return the fields of an image that undo compares and restores: what a person sees."""
+    return {name: value for name, value in image.items() if name not in _NOT_COMPARED}
 
 
 # -- steps and conflicts ------------------------------------------------------------------------
@@ -57,6 +65,10 @@ class Conflict:
     target_id: int
     reason: str
     fields: tuple[FieldDiff, ...] = ()
+    # The row whose later change blocks this one (itself, a row that refers to it, ...), and
+    # which of its fields: store.write.undo looks up the later records that changed them.
+    blocker: Key | None = None
+    blocking_fields: tuple[str, ...] = ()
 
     def describe(self) -> str:
         diffs = ", ".join(
@@ -93,7 +105,8 @@ class UndoStep:
         return (self.kind, self.target_id)
 
     def changed_fields(self) -> list[str]:
-        before, after = strip_recall(self.image or {}), strip_recall(self.expected or {})
+        """The fields the record changed that undo restores (derived state aside)."""
+        before, after = visible(self.image or {}), visible(self.expected or {})
         return sorted(
             name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
         )
@@ -134,32 +147,62 @@ class Snapshot:
 
 
 def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
-    """Compare the row as it is now with the record's after image (recall statistics aside)."""
+    """Compare the row as it is now with what the record left (derived state aside).
+
+    A restore compares only the fields the record changed, and a field already back at the
+    value undo would write is no conflict; a row the record created must be as it left it.
+    """
+    key = step.key
     if any(image is not None and image.get("forgotten") for image in (step.image, step.expected)):
-        return Conflict(kind=step.kind, target_id=step.target_id, reason="forgotten since")
+        return Conflict(
+            kind=step.kind, target_id=step.target_id, reason="forgotten since", blocker=key
+        )
     if step.expected is None:
         if current is None:
             return None
-        return Conflict(kind=step.kind, target_id=step.target_id, reason="exists again")
+        return Conflict(
+            kind=step.kind, target_id=step.target_id, reason="exists again", blocker=key
+        )
     if current is None:
-        return Conflict(kind=step.kind, target_id=step.target_id, reason="deleted since")
-    expected, now = strip_recall(step.expected), strip_recall(current)
-    derived = kept_links(step)
-    diffs = tuple(
-        FieldDiff(field=name, expected=expected.get(name), current=now.get(name))
-        for name in sorted(expected.keys() | now.keys())
-        if expected.get(name) != now.get(name) and name not in derived
-    )
-    if not diffs:
+        return Conflict(
+            kind=step.kind, target_id=step.target_id, reason="deleted since", blocker=key
+        )
+    expected, now = visible(step.expected), visible(current)
+    if step.action == "restore":
+        before = visible(step.image or {})
+        names = [
+            n
+            for n in step.changed_fields()
+            if now.get(n) != expected.get(n) and now.get(n) != before.get(n)
+        ]
+    else:
+        names = sorted(n for n in expected.keys() | now.keys() if expected.get(n) != now.get(n))
+    if not names:
         return None
-    return Conflict(kind=step.kind, target_id=step.target_id, reason="changed since", fields=diffs)
+    diffs = tuple(FieldDiff(field=n, expected=expected.get(n), current=now.get(n)) for n in names)
+    return Conflict(
+        kind=step.kind,
+        target_id=step.target_id,
+        reason="changed since",
+        fields=diffs,
+        blocker=key,
+        blocking_fields=tuple(names),
+    )
+
+
+def _written(step: UndoStep) -> list[tuple[str, int | None]]:
+    """Return (column, value) for every reference column the step writes (None included)."""
+    image = step.image or {}
+    names = REFERENCES.get(step.kind, ())
+    if step.action == "restore":
+        changed = set(step.changed_fields())
+        names = tuple(name for name in names if name in changed)
+    return [(name, image.get(name)) for name in names]
 
 
 def _references(step: UndoStep) -> list[tuple[str, int]]:
-    """Return (column, memory id) for every memory the step's restored image points at."""
-    image = step.image or {}
-    ends = {"memory": LINK_FIELDS, "relation": ("source_id", "target_id")}.get(step.kind, ())
-    return [(name, image[name]) for name in ends if image.get(name) is not None]
+    """Return (column, memory id) for every memory the step writes a reference to."""
+    return [(name, value) for name, value in _written(step) if value is not None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,10 +224,12 @@ class _Outcome:
 def _dangling(outcome: _Outcome) -> Iterator[Conflict]:
     """Restored images that would point at a memory that would not exist."""
     for s in outcome.applied:
-        missing = [f"{name} -> {mid}" for name, mid in _references(s) if not outcome.exists(mid)]
+        missing = [(name, mid) for name, mid in _references(s) if not outcome.exists(mid)]
         if s.action != "delete" and missing:
-            reason = f"would point at memories that would not exist ({', '.join(missing)})"
-            yield Conflict(kind=s.kind, target_id=s.target_id, reason=reason)
+            named = ", ".join(f"{name} -> {mid}" for name, mid in missing)
+            reason = f"would point at memories that would not exist ({named})"
+            blocker = ("memory", missing[0][1])
+            yield Conflict(kind=s.kind, target_id=s.target_id, reason=reason, blocker=blocker)
 
 
 def _still_referred(outcome: _Outcome) -> Iterator[Conflict]:
@@ -193,14 +238,28 @@ def _still_referred(outcome: _Outcome) -> Iterator[Conflict]:
         "memory": outcome.ids("memory", "delete"),
         "relation": outcome.ids("relation", "delete"),
     }
-    restored = {s.key: s.image or {} for s in outcome.applied if s.action != "delete"}
+    # The references the applied steps write back: a column the undo restores away from mid.
+    restored = {
+        (s.kind, s.target_id, name): value
+        for s in outcome.applied
+        if s.action != "delete"
+        for name, value in _written(s)
+    }
     for mid in sorted(gone["memory"]):
         for kind, row_id, column in outcome.snap.referrers.get(mid, ()):
-            image = restored.get((kind, row_id))
-            if row_id in gone[kind] or (image is not None and image.get(column) != mid):
+            if row_id in gone[kind] or restored.get((kind, row_id, column), mid) != mid:
                 continue
-            reason = f"{kind} {row_id} still refers to it ({column})"
-            yield Conflict(kind="memory", target_id=mid, reason=reason)
+            if kind == "relation":
+                reason = f"relation {row_id} still links to it ({column})"
+            else:
+                reason = f"memory {row_id} still names it as its replacement ({column})"
+            yield Conflict(
+                kind="memory",
+                target_id=mid,
+                reason=reason,
+                blocker=(kind, row_id),
+                blocking_fields=(column,),
+            )
 
 
 def _duplicates(outcome: _Outcome) -> Iterator[Conflict]:
@@ -213,26 +272,9 @@ def _duplicates(outcome: _Outcome) -> Iterator[Conflict]:
         holder = _unique_holder(s, outcome.snap)
         if holder is not None and holder not in gone[s.kind]:
             reason = f"its unique key is taken by {s.kind} {holder}"
-            yield Conflict(kind=s.kind, target_id=s.target_id, reason=reason)
-
-
-def _linked_to_skipped(applied: Sequence[UndoStep], skipped: set[int]) -> Iterator[Conflict]:
-    """Steps that would move a link to or from a memory whose own step is skipped.
-
-    Left alone, the skipped memory and its neighbours stay linked to each other, so the
-    timeline remains a consistent chain even under ``force``.
-    """
-    for s in applied:
-        if s.action == "delete" or s.kind != "memory":
-            continue
-        image, expected = s.image or {}, s.expected or {}
-        for name in LINK_FIELDS:
-            was, now = image.get(name), expected.get(name)
-            blocked = [mid for mid in (was, now) if was != now and mid in skipped]
-            if blocked:
-                reason = f"its {name} links to memory {blocked[0]}, whose undo is skipped"
-                yield Conflict(kind=s.kind, target_id=s.target_id, reason=reason)
-                break
+            yield Conflict(
+                kind=s.kind, target_id=s.target_id, reason=reason, blocker=(s.kind, holder)
+            )
 
 
 def _dependency_conflicts(
@@ -241,14 +283,8 @@ def _dependency_conflicts(
     """Given the conflicts so far, find steps that the skipped ones would break."""
     applied = [step for step in steps if step.key not in found]
     outcome = _Outcome(applied=applied, snap=snap)
-    skipped = {mid for kind, mid in found if kind == "memory"}
     more: dict[Key, Conflict] = {}
-    for check in (
-        _dangling(outcome),
-        _still_referred(outcome),
-        _duplicates(outcome),
-        _linked_to_skipped(applied, skipped),
-    ):
+    for check in (_dangling(outcome), _still_referred(outcome), _duplicates(outcome)):
         for conflict in check:
             more.setdefault((conflict.kind, conflict.target_id), conflict)
     return more
@@ -335,14 +371,13 @@ def _referrers(
 ) -> dict[int, tuple[tuple[str, int, str], ...]]:
     found: dict[int, list[tuple[str, int, str]]] = {}
     for chunk in chunks(memory_ids):
-        links = [getattr(Memory, name) for name in LINK_FIELDS]
-        rows = session.execute(
-            select(Memory.id, *links).where(or_(*(link.in_(chunk) for link in links)))
+        # Timeline links are no reference here: the undo takes the memory off the timeline.
+        merged = session.execute(
+            select(Memory.id, Memory.replaced_by_id).where(Memory.replaced_by_id.in_(chunk))
         )
-        for row_id, *values in rows:
-            for name, value in zip(LINK_FIELDS, values, strict=True):
-                if value in chunk:
-                    found.setdefault(value, []).append(("memory", row_id, name))
+        for row_id, into in merged:
+            if into is not None:
+                found.setdefault(into, []).append(("memory", row_id, "replaced_by_id"))
         edges = session.execute(
             select(MemoryRelation.id, MemoryRelation.source_id, MemoryRelation.target_id).where(
                 or_(MemoryRelation.source_id.in_(chunk), MemoryRelation.target_id.in_(chunk))

@@ -64,7 +64,7 @@ def test_undo_dry_run_prints_plan_and_writes_nothing(run: Run, ingested: list[in
     before = run("export").output
     out = run("undo", str(ingested[1]), "--dry-run").output
     assert "delete memory" in out
-    assert "restore memory" in out
+    assert "restore memory" not in out  # its timeline neighbour's relink is recomputed
     assert "nothing written" in out
     assert run("export").output == before
     assert len(json.loads(run("records", "list", "--json").output)) == 2
@@ -86,13 +86,38 @@ def test_undo_restores_export_then_refuses_twice(
     assert f"record {later} was already undone" in again.stderr
 
 
-def test_undo_conflict_refused_with_listing(run: Run, ingested: list[int]) -> None:
+def test_undo_refused_names_the_later_record_and_cascade_takes_both_back(
+    run: Run, ingested: list[int]
+) -> None:
     before = run("export").output
-    # The second ingest linked its memory after the first batch's last one.
+    # The second ingest placed its memory after the first batch's last one: no dependency.
+    first = json.loads(run("memory", "list", "--json").output)["memories"][0]["id"]
+    edited = run("memory", "edit", str(first), "--content", "first, reworded").output
+    edit_record = int(edited.split("record #")[1].split(")")[0].split(";")[0])
+    after_edit = run("export").output
+
     refused = run("undo", str(ingested[0]), code=1).stderr
     assert "cannot be undone, nothing written" in refused
-    assert "changed since: next_id (expected None, now " in refused
-    assert run("export").output == before
+    assert f"#{edit_record} edit" in refused
+    assert "changed content of memory" in refused
+    assert f"newest first (#{edit_record})" in refused
+    assert "--cascade" in refused
+    assert "next_id" not in refused  # a timeline relink is no conflict
+    assert run("export").output == after_edit
+
+    dry = run("undo", str(ingested[0]), "--dry-run").output
+    assert f"#{edit_record} edit" in dry
+    assert "--cascade undoes them with it" in dry
+    planned = run("undo", str(ingested[0]), "--cascade", "--dry-run").output
+    assert f"undoes #{edit_record}, #{ingested[0]}" in planned
+    assert "nothing written" in planned
+    assert run("export").output == after_edit
+
+    done = run("undo", str(ingested[0]), "--cascade").output
+    assert f"record {ingested[0]} with #{edit_record} (--cascade) undone by record" in done
+    exported = [json.loads(line) for line in run("export").output.splitlines()]
+    assert [m["content"] for m in exported if m["status"] == "active"] == ["third"]
+    assert before != after_edit
 
 
 def test_undo_force_skips_conflicts_and_records_them(
@@ -115,7 +140,7 @@ def test_undo_force_skips_conflicts_and_records_them(
         store.close()
     dry = run("undo", str(record_id), "--dry-run").output
     assert f"memory {ids[0]}: changed since" in dry
-    assert f"restore memory {ids[1]}: content, content_hash, updated_at, version" in dry
+    assert f"restore memory {ids[1]}: content\n" in dry  # derived fields are recomputed
     out = run("undo", str(record_id), "--force").output
     assert f"skipped memory {ids[0]}: changed since" in out
     undo_record = json.loads(run("records", "list", "--json", "--job", "undo").output)[0]

@@ -151,6 +151,21 @@ def test_client_update_delete_undo_and_stale_version(client: SecretaryClient) ->
     assert twice.value.problems
 
 
+def test_client_undo_names_a_dependent_and_cascades_over_http(client: SecretaryClient) -> None:
+    memory_id = seed(client)[2]
+    first = client.update(memory_id, content="Maya prefers black tea").record_id
+    second = client.update(memory_id, content="Maya prefers oolong").record_id
+    assert first is not None
+    assert second is not None
+    with pytest.raises(Conflict) as refused:
+        client.undo(first)
+    assert f"record.{second}" in [p.where for p in refused.value.problems]
+    assert "--cascade" in str(refused.value)
+    undone = client.undo(first, cascade=True)
+    assert (undone.undone_id, undone.cascaded) == (first, (second,))
+    assert client.get(memory_id).content == "Maya prefers green tea over coffee"
+
+
 def test_client_forget_dry_run_then_for_real(client: SecretaryClient) -> None:
     ids = seed(client)
     planned = client.forget(external_ids=["run-1"], dry_run=True)

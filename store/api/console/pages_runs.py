@@ -1,4 +1,5 @@
-"""Overnight, one run with its diff and its undo (dry run first, force a second step), plans.
+"""Overnight, one run with its diff and its undo (dry run first; force, or a cascade with the
+later runs that depend on it, a second step), plans.
 
 Undo calls ``store.write.undo`` as POST /v1/records/{id}/undo does; approve and reject call the
 secretary's approval (``ConsoleOps``) as `secretary plans approve|reject` does.
@@ -34,6 +35,8 @@ from store.write.undo import (
     ForgetIsFinal,
     NothingToUndo,
     UndoConflict,
+    UndoPlan,
+    plan_cascade,
     plan_undo,
     undo,
 )
@@ -123,20 +126,46 @@ def run_page(request: Request, record_id: int, undone_by: int | None = None) -> 
         "diff": diff,
         "dropped": dropped_items(record.stats),
         "undone_by": undone_by,
+        "undone_with": _undone_with(request, record),
     }
     return page(request, "run.html", context)
 
 
+def _undone_with(request: Request, record: RecordView) -> list[int]:
+    """The runs undone in the same step as ``record`` (a cascade), newest first."""
+    undoers = console(request).store.db.records.many(filter(None, [record.undone_by_id]))
+    together = {i for u in undoers for i in (u.undoes_id, *u.stats.get("cascade", ())) if i}
+    return sorted(together - {record.id}, reverse=True)
+
+
+def _undo_page(
+    request: Request, record: RecordView, title: str, *, status_code: int = 200, **context: Any
+) -> Response:
+    """The undo page: a plan with its dependents, a cascade's parts, or why it was refused."""
+    parts: tuple[UndoPlan, ...] = context.get("parts") or ()
+    runs = {r.id: r for r in console(request).store.db.records.many(p.record_id for p in parts)}
+    shown = {"plan": None, "error": None, "blocked": None, **context, "parts": parts, "runs": runs}
+    shown |= {"title": title, "record": record}
+    return page(request, "undo.html", shown, status_code=status_code)
+
+
 @router.get("/ui/runs/{record_id}/undo")
-def undo_preview(request: Request, record_id: int) -> Response:
+def undo_preview(request: Request, record_id: int, cascade: bool = False) -> Response:
+    """The dry run; with ``cascade``, of the undo with the later runs that depend on it."""
     record, _ = _record(request, record_id)
-    error, plan = None, None
+    here, title = console(request), f"Undo run #{record_id}?"
     try:
-        plan = plan_undo(console(request).store.db.writer, record_id)
+        plan = plan_undo(here.store.db.writer, record_id)
     except (AlreadyUndone, ForgetIsFinal, NothingToUndo) as exc:
-        error = str(exc)
-    context = {"title": f"Undo run #{record_id}?", "record": record, "plan": plan, "error": error}
-    return page(request, "undo.html", context)
+        return _undo_page(request, record, title, error=str(exc))
+    if not (cascade and plan.conflicts):
+        return _undo_page(request, record, title, plan=plan)
+    try:
+        parts = plan_cascade(here.store.db.writer, record_id, now=here.clock()).parts
+    except UndoConflict as exc:  # a cascade cannot resolve it: say which run blocks it
+        return _undo_page(request, record, title, plan=plan, blocked=exc)
+    title = f"Undo run #{record_id} with {len(parts) - 1} dependent run(s)?"
+    return _undo_page(request, record, title, parts=parts)
 
 
 @router.post("/ui/runs/{record_id}/undo")
@@ -144,19 +173,26 @@ async def undo_run(request: Request, record_id: int) -> Response:
     form = await checked_form(request)
     record, _ = _record(request, record_id)
     here = console(request)
-    force = form.get("force") == "yes"
+    force, cascade = form.get("force") == "yes", form.get("cascade") == "1"
     try:
-        done = undo(here.store.db.writer, record_id, now=here.clock(), force=force)
+        done = undo(here.store.db.writer, record_id, now=here.clock(), force=force, cascade=cascade)
     except UndoConflict as exc:
         plan = plan_undo(here.store.db.writer, record_id)
-        context = {"title": "Undo refused", "record": record, "plan": plan, "error": str(exc)}
-        return page(request, "undo.html", context, status_code=409)
+        error = f"Nothing was written: {len(exc.conflicts)} part(s) conflict with later changes."
+        blocked = exc if cascade else None  # else the plan names the runs that depend on it
+        return _undo_page(
+            request,
+            record,
+            "Undo refused",
+            plan=plan,
+            error=error,
+            blocked=blocked,
+            status_code=409,
+        )
     except NothingToUndo as exc:  # not a refusal: nothing was written, nothing had to be
-        context = {"title": "Nothing to undo", "record": record, "plan": None, "error": str(exc)}
-        return page(request, "undo.html", context)
+        return _undo_page(request, record, "Nothing to undo", error=str(exc))
     except (AlreadyUndone, ForgetIsFinal) as exc:
-        context = {"title": "Undo refused", "record": record, "plan": None, "error": str(exc)}
-        return page(request, "undo.html", context, status_code=409)
+        return _undo_page(request, record, "Undo refused", error=str(exc), status_code=409)
     return see_other(f"/ui/runs/{record_id}?undone_by={done.record_id}")
 
 

@@ -244,6 +244,30 @@ def test_run_cycle_without_model_runs_deterministic_jobs_only(world: World) -> N
     assert world.llm_requests == []
 
 
+def test_each_run_of_a_cycle_starts_its_record_when_it_starts(world: World) -> None:
+    for namespace in ("maya", "zoe"):
+        line = {"session_id": "s1", "role": "user", "timestamp": (NOW - HOUR).isoformat()}
+        world.store.add_logs(
+            namespace, [{**line, "content": "I adopted a cat.", "idempotency_key": "k"}], now=NOW
+        )
+    world.reply(GOOD, GOOD)
+    clock = iter(float(n * 90) for n in range(1000))  # each look at the clock: 90 s later
+
+    outcomes = run_cycle(
+        world.store,
+        world.settings,
+        now=NOW,
+        namespaces=["maya", "zoe"],
+        jobs=["extractor"],
+        monotonic=lambda: next(clock),
+    )
+
+    records = [world.store.db.records.get(r)[0] for o in outcomes for r in o.records]
+    assert [(r.job, r.namespace) for r in records] == [("extractor", "maya"), ("extractor", "zoe")]
+    assert NOW < records[0].started_at < records[1].started_at  # not the cycle's start for all
+    assert all(r.finished_at is not None and r.finished_at > r.started_at for r in records)
+
+
 def test_namespaces_with_work_lists_memory_and_log_namespaces(world: World) -> None:
     world.memories(content="a memory")
     world.store.add_logs(

@@ -283,3 +283,32 @@ def test_undo_of_a_record_that_changed_nothing_is_200_and_writes_nothing(
     assert (body["record_id"], body["undone_id"], body["restored"]) == (None, failed, 0)
     assert "changed nothing that undo could restore" in body["nothing_to_undo"]
     assert client.get("/v1/records", headers=A).json() == before
+
+
+def test_undo_refused_by_a_later_edit_names_it_and_cascade_undoes_both(client: TestClient) -> None:
+    memory_id = add(client, "likes green tea", tags=["drinks"])
+
+    def patch(fields: dict[str, Any]) -> int:
+        response = client.patch(f"/v1/memories/{memory_id}", json=fields, headers=A)
+        assert response.status_code == 200, response.text
+        return int(response.json()["record_id"])
+
+    first = patch({"content": "likes black tea"})
+    tagged = patch({"tags": ["drinks", "morning"]})  # another field: no dependency
+    second = patch({"content": "likes oolong"})  # the same field: depends on the first
+
+    refused = client.post(f"/v1/records/{first}/undo", headers=A)
+    assert refused.status_code == 409, refused.text
+    assert f"record.{second}" in problems(refused)
+    assert f"record.{tagged}" not in problems(refused)
+    assert get(client, memory_id)["content"] == "likes oolong"  # nothing written
+
+    undone = client.post(f"/v1/records/{first}/undo?cascade=true", headers=A)
+    assert undone.status_code == 200, undone.text
+    assert undone.json()["cascaded"] == [second]
+    memory = get(client, memory_id)
+    assert (memory["content"], memory["tags"]) == ("likes green tea", ["drinks", "morning"])
+    statuses = {
+        r["id"]: r["status"] for r in client.get("/v1/records", headers=A).json()["records"]
+    }
+    assert (statuses[first], statuses[second], statuses[tagged]) == ("undone", "undone", "applied")

@@ -15,7 +15,15 @@ from secretary.config import Settings
 from store.api.app import create_app
 from store.api.console.pages_runs import since_time
 from store.api.console.session import COOKIE, MAX_AGE
-from store.operations import CreateMemory, CreateRelation, Operation, UpdateMemory
+from store.kinds import MemoryStatus
+from store.operations import (
+    CreateMemory,
+    CreateRelation,
+    Operation,
+    Purge,
+    SetStatus,
+    UpdateMemory,
+)
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
 from tests.helpers.fake_embedder import FakeEmbedder
@@ -350,6 +358,92 @@ def test_console_undo_with_conflicts_needs_force(open_: Store) -> None:
     assert "Conflicts (1)" in preview
     assert refused.status_code == 409
     assert open_.db.memories.get("a", tea).content == "a: I like cocoa"  # type: ignore[union-attr]
+
+
+def linked(store: Store) -> tuple[int, int, int]:
+    """An ingest (A) of a new memory, then a linker run (B) relating it: B depends on A.
+    Return A's record id, B's and the new memory's id."""
+    added = store.add_memories("a", [{"content": "a: met Tom at the station"}], now=NOW)
+    tea = memory_id(store, "a", "a: I like tea")
+    link = CreateRelation(source=added.ids[0], target=tea, type="causal", strength=0.5)
+    applied = store.db.writer.apply("a", "linker", [link], now=NOW + timedelta(minutes=5))
+    assert added.record_id is not None
+    assert applied.record_id is not None
+    return added.record_id, applied.record_id, added.ids[0]
+
+
+def test_console_undo_preview_names_the_runs_that_depend_on_it(open_: Store) -> None:
+    ingest, linker, _ = linked(open_)
+    with client(open_) as web:
+        page = web.get(f"/ui/runs/{ingest}/undo").text
+    dependents = page.split('<ol class="dependents">')[1].split("</ol>")[0]
+    assert f'<a href="/ui/runs/{linker}">#{linker}</a> <strong>linker</strong>' in dependents
+    assert "2026-11-24 06:05 UTC" in dependents
+    assert "created relation" in dependents
+    assert "Newest first, the order to undo them in" in page
+    assert f'href="/ui/runs/{ingest}/undo?cascade=1">Undo with its 1 dependent run(s)' in page
+
+
+def test_console_cascade_dry_run_lists_every_run_and_writes_nothing(open_: Store) -> None:
+    ingest, linker, _ = linked(open_)
+    export, records = list(open_.db.memories.export("a")), open_.db.records.find(limit=100)
+    with client(open_) as web:
+        page = web.get(f"/ui/runs/{ingest}/undo?cascade=1").text
+    parts = re.findall(r'<section class="card part" data-record="(\d+)">', page)
+    assert parts == [str(linker), str(ingest)]  # newest first, the run itself last
+    assert "delete relation" in page.split(f'data-record="{linker}"')[1].split("</section>")[0]
+    assert "delete memory" in page.split(f'data-record="{ingest}"')[1].split("</section>")[0]
+    assert "Dry run: nothing has been written yet" in page
+    assert '<input type="hidden" name="cascade" value="1">' in page
+    assert f"Undo run #{ingest} with #{linker}</button>" in page
+    assert list(open_.db.memories.export("a")) == export
+    assert open_.db.records.find(limit=100) == records
+
+
+def test_console_undo_with_cascade_undoes_the_dependent_runs_too(open_: Store) -> None:
+    ingest, linker, new = linked(open_)
+    with client(open_) as web:
+        token = csrf(web.get("/ui/status").text)
+        refused = web.post(f"/ui/runs/{ingest}/undo", data={"csrf": token})
+        forged = web.post(f"/ui/runs/{ingest}/undo", data={"csrf": "forged", "cascade": "1"})
+        undone = web.post(
+            f"/ui/runs/{ingest}/undo",
+            data={"csrf": token, "cascade": "1"},
+            follow_redirects=False,
+        )
+        page = web.get(undone.headers["location"]).text
+        dependent_page = web.get(f"/ui/runs/{linker}").text
+    assert (refused.status_code, forged.status_code) == (409, 403)
+    assert f'<a href="/ui/runs/{linker}">#{linker}</a> <strong>linker</strong>' in refused.text
+    assert undone.status_code == 303
+    assert f'undone with <a href="/ui/runs/{linker}">#{linker}</a>' in page
+    assert f'with <a href="/ui/runs/{ingest}">#{ingest}</a>' in dependent_page
+    statuses = {r.id: r.status for r in open_.db.records.many([ingest, linker])}
+    assert statuses == {ingest: "undone", linker: "undone"}
+    assert open_.db.memories.get("a", new) is None
+
+
+def test_console_undo_cannot_cascade_past_an_erasure(open_: Store) -> None:
+    added = open_.add_memories("a", [{"content": "a: an old note"}], now=NOW)
+    (new,), later = added.ids, NOW + timedelta(minutes=1)
+    archive = SetStatus(memory_id=new, status=MemoryStatus.ARCHIVED)
+    open_.db.writer.apply("a", "auditor", [archive], now=later)
+    purged = open_.db.writer.apply("a", "retention", [Purge(memory_id=new)], now=later).record_id
+    export, records = list(open_.db.memories.export("a")), open_.db.records.find(limit=100)
+    with client(open_) as web:
+        token = csrf(web.get("/ui/status").text)
+        preview = web.get(f"/ui/runs/{added.record_id}/undo").text
+        cascade = web.get(f"/ui/runs/{added.record_id}/undo?cascade=1").text
+        posted = web.post(f"/ui/runs/{added.record_id}/undo", data={"csrf": token, "cascade": "1"})
+    assert f"#{purged}</a> (retention) erased what this undo needs" in preview
+    assert "cannot be undone with its dependents" in preview
+    assert "?cascade=1" not in preview
+    for page in (cascade, posted.text):
+        assert "It cannot be undone with its dependents" in page
+        assert 'name="cascade"' not in page
+    assert posted.status_code == 409
+    assert list(open_.db.memories.export("a")) == export
+    assert open_.db.records.find(limit=100) == records
 
 
 def test_console_forget_asks_twice(open_: Store) -> None:

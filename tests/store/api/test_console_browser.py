@@ -24,6 +24,7 @@ from secretary.runner import run_job
 from secretary.status_config import status_config
 from store.api.app import create_app
 from store.clock import utc_now
+from store.operations import CreateRelation
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
 from tests.helpers.browser import chromium, screenshot
@@ -171,6 +172,39 @@ def test_browser_undo_shows_its_dry_run_then_restores_the_export(world: World) -
     page.wait_for_url(re.compile(r".*undone_by=\d+"))
     assert "Undone" in page.inner_text("main")
     assert list(world.store.db.memories.export("maya")) == world.export_before
+    page.context.close()
+
+
+def test_browser_undo_of_a_run_others_depend_on_offers_the_cascade(world: World) -> None:
+    added = world.store.add_memories("maya", [{"content": "Maya met Tom at the station."}], now=NOW)
+    (met,) = added.ids
+    maya = world.store.db.memories.many("maya", range(1, 100))
+    anna = next(m.id for m in maya if "Anna" in m.content)
+    link = CreateRelation(source=met, target=anna, type="causal", strength=0.5)
+    linker = _record(world.store.db.writer.apply("maya", "linker", [link], now=NOW))
+    ingest = _record(added)
+    page = world.login(KEY_MAYA)
+    page.goto(f"{world.url}/ui/runs/{ingest}")
+    page.click("text=Undo this run")
+    dependent = page.locator(f"ol.dependents li[data-record='{linker}']")
+    assert "linker" in dependent.inner_text()
+    assert "created relation" in dependent.inner_text()
+    screenshot(page, "undo-dependents")
+    page.click("text=Undo with its 1 dependent run(s)")
+    parts = page.locator("section.part")
+    assert [parts.nth(i).get_attribute("data-record") for i in range(parts.count())] == [
+        str(linker),
+        str(ingest),
+    ]
+    assert "Dry run: nothing has been written yet" in page.inner_text("main")
+    assert world.store.db.memories.get("maya", met) is not None
+    screenshot(page, "undo-cascade")
+    page.click(f"button:has-text('Undo run #{ingest} with #{linker}')")
+    page.wait_for_url(re.compile(r".*undone_by=\d+"))
+    assert f"undone with #{linker}" in page.inner_text(".notice")
+    statuses = [r.status for r in world.store.db.records.many([ingest, linker])]
+    assert statuses == ["undone", "undone"]
+    assert world.store.db.memories.get("maya", met) is None
     page.context.close()
 
 

@@ -30,6 +30,7 @@ from store.schemas import MemoryIn
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
 from store.write import edits
+from store.write.forget import ForgetSelection
 from store.write.record_info import RecordInfo
 from store.write.undo import (
     AlreadyUndone,
@@ -101,10 +102,12 @@ def set_status(
 
 def relate(
     db: Database, source: int, target: int, type_: str, *, strength: float, now: datetime, job: str
-) -> None:
-    """Relate two memories of namespace "ns" in a record of their own."""
+) -> int:
+    """Relate two memories of namespace "ns" in a record of their own; return the record id."""
     op = CreateRelation(source=source, target=target, type=type_, strength=strength)
-    db.writer.apply("ns", job, [op], now=now)
+    record_id = db.writer.apply("ns", job, [op], now=now).record_id
+    assert record_id is not None
+    return record_id
 
 
 # -- round trips -------------------------------------------------------------------------------
@@ -169,6 +172,31 @@ def test_undo_purge_is_refused_the_content_is_gone(db: Database) -> None:
     assert len(db.records.find()) == records
 
 
+def test_undo_of_a_record_whose_memory_retention_purged_names_the_purge_and_when(
+    db: Database,
+) -> None:
+    ids = seed(db, 3)
+    edited = applied(db, "auditor", [UpdateMemory(memory_id=ids[1], changes={"content": "x"})])
+    archived = applied(db, "auditor", [SetStatus(memory_id=ids[1], status=MemoryStatus.ARCHIVED)])
+    purge_at = LATER + timedelta(days=31)
+    purged = db.writer.apply("ns", "retention", [Purge(memory_id=ids[1])], now=purge_at).record_id
+    assert purged is not None
+    for record_id in (edited, archived):
+        with pytest.raises(UndoConflict) as caught:
+            undo(db.writer, record_id, now=purge_at + HOUR, cascade=True)
+        (dependent,) = caught.value.dependents
+        assert (dependent.record_id, dependent.job, dependent.final) == (purged, "retention", True)
+        assert dependent.at == purge_at
+        assert dependent.what == (f"erased memory {ids[1]}",)
+        message = str(caught.value)
+        assert f"memory {ids[1]}: forgotten since" in message
+        assert f"#{purged} retention ({purge_at:%Y-%m-%d %H:%M:%S}, which cannot be undone)" in (
+            message
+        )
+        assert "erasure cannot be undone" in message
+        assert "--cascade cannot" not in message
+
+
 def test_ids_are_never_reused_after_undo(db: Database) -> None:
     ids = seed(db, 2)
     made = applied(
@@ -225,58 +253,88 @@ def test_undo_keeps_recall_statistics_and_ignores_them_in_conflicts(db: Database
 # -- conflicts ---------------------------------------------------------------------------------
 
 
-def test_undo_memory_changed_after_record_raises_conflict_and_writes_nothing(db: Database) -> None:
+def test_undo_keeps_a_later_change_to_other_fields_and_restores_its_own(db: Database) -> None:
     ids = seed(db, 2)
     first = set_status(db, ids, MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert first is not None
     applied(db, "auditor", [UpdateMemory(memory_id=ids[0], changes={"content": "edited"})])
+    undo(db.writer, first, now=LATER + HOUR)
+    rows = {m.id: m for m in db.memories.many("ns", ids)}
+    assert {m.status for m in rows.values()} == {"active"}
+    assert rows[ids[0]].content == "edited"  # the later change stays
+    assert rows[ids[0]].version == 4  # archived, edited, restored: each change counts
+    assert timeline(db, "ns") == list(ids)
+
+
+def test_undo_memory_changed_in_the_same_field_raises_conflict_and_writes_nothing(
+    db: Database,
+) -> None:
+    ids = seed(db, 2)
+    first = applied(db, "auditor", [UpdateMemory(memory_id=ids[0], changes={"content": "one"})])
+    second = applied(db, "soul_mapper", [UpdateMemory(memory_id=ids[0], changes={"content": "x"})])
     before, records = export(db), len(db.records.find())
     with pytest.raises(UndoConflict) as caught:
         undo(db.writer, first, now=LATER + HOUR)
-    # Archiving took both out of the timeline, so the other memory's undo is blocked too.
-    (conflict,) = [c for c in caught.value.conflicts if c.target_id == ids[0]]
-    assert (conflict.kind, conflict.reason) == ("memory", "changed since")
-    assert {d.field for d in conflict.fields} >= {"content", "version"}
-    assert f"memory {ids[0]}" in str(caught.value)
-    assert "'edited'" in str(caught.value)
+    (conflict,) = caught.value.conflicts
+    assert (conflict.kind, conflict.target_id, conflict.reason) == (
+        "memory",
+        ids[0],
+        "changed since",
+    )
+    assert [d.field for d in conflict.fields] == ["content"]  # derived fields are not compared
+    (dependent,) = caught.value.dependents
+    assert (dependent.record_id, dependent.job) == (second, "soul_mapper")
+    assert dependent.what == (f"changed content of memory {ids[0]}",)
+    message = str(caught.value)
+    assert f"#{second} soul_mapper" in message
+    assert "'x'" in message
+    assert "--cascade" in message
     assert export(db) == before
     assert len(db.records.find()) == records
 
 
 def test_undo_force_applies_rest_and_records_skipped(db: Database) -> None:
-    # Archiving the first and the last memory takes each out of the timeline, touching its
-    # one neighbour: the two halves of the record are independent of each other.
     ids = seed(db, 4)
     first = set_status(db, [ids[0], ids[3]], MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert first is not None
-    applied(db, "auditor", [UpdateMemory(memory_id=ids[0], changes={"content": "edited"})])
+    set_status(db, [ids[0]], MemoryStatus.SUPERSEDED, now=LATER, job="auditor")
     result = undo(db.writer, first, now=LATER + HOUR, force=True)
-    # Memory 0 changed since; its neighbour's links would point at it, so they stay too.
-    assert sorted(c.target_id for c in result.skipped) == [ids[0], ids[1]]
+    # Memory 0's status changed since: it is skipped; the rest of the record is undone.
+    assert [c.target_id for c in result.skipped] == [ids[0]]
     statuses = {m.id: m.status for m in db.memories.many("ns", ids)}
-    assert statuses == {ids[0]: "archived", ids[1]: "active", ids[2]: "active", ids[3]: "active"}
+    assert statuses == {ids[0]: "superseded", ids[1]: "active", ids[2]: "active", ids[3]: "active"}
     assert timeline(db, "ns") == [ids[1], ids[2], ids[3]]
     record, _ = db.records.get(result.record_id)
-    skipped = {s["id"]: s["reason"] for s in record.stats["skipped"]}
-    assert skipped[ids[0]] == "changed since"
-    assert "whose undo is skipped" in skipped[ids[1]]
+    assert {s["id"]: s["reason"] for s in record.stats["skipped"]} == {ids[0]: "changed since"}
 
 
-def test_undo_created_memory_with_later_relation_conflicts(db: Database) -> None:
+def test_undo_created_memory_with_later_relation_conflicts_naming_the_linker(db: Database) -> None:
     ids = seed(db, 2)
+    start = export(db)
     added = db.writer.add_memories(
         "ns", [MemoryIn(content="new", timestamp=NOW + 5 * HOUR)], now=NOW
     )
     assert added.record_id is not None
     new = added.created[0]
-    relate(db, new, ids[0], "causal", strength=0.5, now=LATER, job="linker")
+    linker = relate(db, new, ids[0], "causal", strength=0.5, now=LATER, job="linker")
     plan = plan_undo(db.writer, added.record_id)
-    blocked = {c.target_id: c.reason for c in plan.conflicts}
-    assert "still refers to it" in blocked[new]
-    # Its timeline neighbour stays linked to it, so the timeline stays a chain.
-    assert ids[1] in blocked
+    # Only the relation blocks it: its timeline neighbour is no dependency.
+    (conflict,) = plan.conflicts
+    assert conflict.target_id == new
+    assert "still links to it" in conflict.reason
+    assert [d.record_id for d in plan.dependents] == [linker]
     with pytest.raises(UndoConflict, match="even forcing"):
         undo(db.writer, added.record_id, now=LATER, force=True)
+    result = undo(db.writer, added.record_id, now=LATER, cascade=True)
+    assert result.cascaded == (linker,)
+    assert export(db) == start
+    statuses = {r.id: r.status for r in db.records.find() if r.id in (added.record_id, linker)}
+    assert set(statuses.values()) == {"undone"}
+    undo(db.writer, result.record_id, now=LATER + HOUR)  # both back in force, both rows back
+    statuses = {r.id: r.status for r in db.records.find() if r.id in (added.record_id, linker)}
+    assert set(statuses.values()) == {"applied"}
+    with session_factory(db.engine)() as session:
+        assert session.scalar(select(func.count()).select_from(MemoryRelation)) == 1
 
 
 def test_plan_undo_lists_steps_in_reverse_and_writes_nothing(db: Database) -> None:
@@ -450,3 +508,38 @@ def test_undo_of_an_edit_still_conflicts_when_a_person_changed_the_text_since(
 
     (conflict,) = refused.value.conflicts
     assert [d.field for d in conflict.fields if d.field in ("content", "next_id")] == ["content"]
+
+
+def test_undo_of_a_record_whose_memory_was_forgotten_names_the_forget(db: Database) -> None:
+    ids = seed(db, 3)
+    edited = applied(db, "auditor", [UpdateMemory(memory_id=ids[1], changes={"content": "x"})])
+    forgot = edits.forget(db.writer, "ns", ForgetSelection(ids=(ids[1],)), now=LATER + HOUR)
+    with pytest.raises(UndoConflict) as caught:
+        undo(db.writer, edited, now=LATER + 2 * HOUR, cascade=True)
+    (dependent,) = caught.value.dependents
+    assert (dependent.record_id, dependent.job, dependent.final) == (
+        forgot.record_id,
+        "forget",
+        True,
+    )
+    assert dependent.what == (f"erased memory {ids[1]}",)
+    assert "erasure cannot be undone" in str(caught.value)
+    assert "adding --force skips those parts" in str(caught.value)
+
+
+def test_cascade_with_force_undoes_the_dependents_and_skips_what_an_erasure_made_final(
+    db: Database,
+) -> None:
+    ids = seed(db, 3)
+    first = applied(
+        db,
+        "auditor",
+        [UpdateMemory(memory_id=i, changes={"content": f"first {i}"}) for i in ids[:2]],
+    )
+    second = applied(db, "auditor", [UpdateMemory(memory_id=ids[0], changes={"content": "2nd"})])
+    edits.forget(db.writer, "ns", ForgetSelection(ids=(ids[1],)), now=LATER + HOUR)
+    result = undo(db.writer, first, now=LATER + 2 * HOUR, cascade=True, force=True)
+    assert result.cascaded == (second,)
+    assert [(c.target_id, c.reason) for c in result.skipped] == [(ids[1], "forgotten since")]
+    assert db.memories.get("ns", ids[0]).content == "fragment 0"  # type: ignore[union-attr]
+    assert db.memories.get("ns", ids[1]) is None
