@@ -137,7 +137,8 @@ class UndoPlan:
 @dataclass(frozen=True, kw_only=True)
 class CascadePlan:
     """Undoing a record with the later records that depend on it: ``parts`` newest first, the
-    record itself last; each part planned on the store as the parts before it leave it."""
+    record itself last (unless undoing a later redo of it already took it back); each part
+    planned on the store as the parts before it leave it."""
 
     record_id: int
     namespace: str
@@ -145,7 +146,7 @@ class CascadePlan:
 
     @property
     def cascaded(self) -> tuple[int, ...]:
-        return tuple(part.record_id for part in self.parts[:-1])
+        return tuple(part.record_id for part in self.parts if part.record_id != self.record_id)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,7 +203,7 @@ def _load(session: Session, record_id: int) -> tuple[MaintenanceRecord, UndoPlan
         select(MaintenanceOperation).where(MaintenanceOperation.record_id == record_id)
     ).all()
     steps = steps_of(operations)
-    if not steps:
+    if not steps and record.undoes_id is None:  # an undo that wrote nothing still flips
         raise NothingToUndo(record_id, record.status)
     conflicts = find_conflicts(steps, read_snapshot(session, record.namespace, steps))
     plan = UndoPlan(
@@ -297,10 +298,10 @@ def undo(
         # Planned again inside the transaction, under the namespace lock: nothing can change
         # between the conflict check and the writes.
         session = unit.session
-        records = [_record(session, rid) for rid in order]
-        previous = {str(r.id): r.status for r in records}
-        parts = _undo_parts(unit, order, force=force)
+        previous = {str(rid): _record(session, rid).status for rid in {*order, record_id}}
         undo_record = unit.record
+        unit.keep()  # the undone records point at it, even if every row was as it should be
+        parts = _undo_parts(unit, order, force=force)
         undo_record.undoes_id = record_id
         skipped = [c for part in parts for c in part.conflicts]
         restored = sum(len(part.applicable) for part in parts)
@@ -310,17 +311,20 @@ def undo(
             "restored": restored,
             "skipped": [conflict.as_json() for conflict in skipped],
         }
-        if len(order) > 1:
-            undo_record.stats |= {"cascade": list(order[:-1]), "previous_statuses": previous}
+        undone = tuple(part.record_id for part in parts if part.record_id != record_id)
+        if undone:
+            undo_record.stats |= {
+                "cascade": list(undone),
+                "previous_statuses": {rid: previous[rid] for rid in map(str, undone)}
+                | {str(record_id): previous[str(record_id)]},
+            }
         session.flush()
-        for undone in records:
-            _set_undone(session, undone, by=undo_record)
     return UndoResult(
         record_id=undo_record.id,
         undone_id=record_id,
         restored=restored,
         skipped=tuple(skipped),
-        cascaded=order[:-1],
+        cascaded=undone,
     )
 
 
@@ -332,16 +336,28 @@ def _record(session: Session, record_id: int) -> MaintenanceRecord:
 
 
 def _undo_parts(unit: UnitOfWork, order: Sequence[int], *, force: bool) -> tuple[UndoPlan, ...]:
-    """Undo the records in ``order`` one after the other in the unit; return their plans."""
+    """Undo the records in ``order`` one after the other in the unit, each marked undone by the
+    unit's record as it goes; return their plans.
+
+    Undoing an undo puts what it undid back in force: a record of ``order`` that this leaves
+    undone already (a redo and the record it redid, say) has nothing left to undo and is
+    passed over.
+    """
+    session = unit.session
     parts: list[UndoPlan] = []
-    for record_id in order:
-        _, plan = _load(unit.session, record_id)
+    for position, record_id in enumerate(order):
+        record = _record(session, record_id)
+        if position > 0 and record.undone_by_id is not None:
+            continue
+        _, plan = _load(session, record_id)
         if plan.conflicts and not force:
             raise UndoConflict(record_id, plan.conflicts, forced=False, dependents=plan.dependents)
-        if not plan.applicable:
+        if plan.steps and not plan.applicable:
             raise UndoConflict(record_id, plan.conflicts, forced=True, dependents=plan.dependents)
         Restorer(unit).run(plan.applicable)
-        unit.session.flush()
+        session.flush()
+        _set_undone(session, record, by=unit.record)
+        session.flush()
         parts.append(plan)
     return tuple(parts)
 
@@ -350,26 +366,30 @@ def _undo_parts(unit: UnitOfWork, order: Sequence[int], *, force: bool) -> tuple
 
 
 def _targets(session: Session, undo_record: MaintenanceRecord) -> list[MaintenanceRecord]:
-    """The records an undo record took back: the one it names and those it cascaded to."""
+    """The records an undo record took back, in the order it undid them: those it cascaded to
+    (newest first), then the one it names."""
     if undo_record.undoes_id is None:
         return []
-    ids = [undo_record.undoes_id, *(undo_record.stats or {}).get("cascade", [])]
+    ids = [*(undo_record.stats or {}).get("cascade", []), undo_record.undoes_id]
     # Records are never deleted; a missing one leaves nothing to flip.
     return [r for r in (session.get(MaintenanceRecord, i) for i in ids) if r is not None]
 
 
 def _set_undone(session: Session, record: MaintenanceRecord, *, by: MaintenanceRecord) -> None:
     """Mark ``record`` undone by ``by``; if it was itself an undo, what it took back is in force
-    again (and so on down a chain of undos of undos: each level flips)."""
+    again (and so on down a chain of undos of undos: each level flips). Its targets come back
+    in the reverse of the order it undid them, so a redo among them settles last."""
     record.status = RecordStatus.UNDONE.value
     record.undone_by_id = by.id
-    for target in _targets(session, record):
+    for target in reversed(_targets(session, record)):
         _set_in_force(session, target, undoer=record)
 
 
 def _set_in_force(
     session: Session, record: MaintenanceRecord, *, undoer: MaintenanceRecord
 ) -> None:
+    """Mark ``record`` in force again; if it is an undo, its targets are undone by it again,
+    in the order it undid them."""
     stats = undoer.stats or {}
     status = stats.get("previous_statuses", {}).get(str(record.id))
     record.status = str(status or stats.get("previous_status", RecordStatus.APPLIED.value))

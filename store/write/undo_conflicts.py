@@ -38,6 +38,9 @@ TIMELINE_FIELDS = ("prev_id", "next_id")
 # the hash of the content. Undo neither compares these nor writes them back from an image.
 DERIVED_FIELDS = frozenset({*TIMELINE_FIELDS, "version", "updated_at", "content_hash"})
 _NOT_COMPARED = RECALL_FIELDS | DERIVED_FIELDS | {"id"}
+# Blocking "fields" meaning only that the row came or went: a later record blocks such a
+# conflict only by creating or removing the row (no image has an "id" that changes).
+EXISTENCE = ("id",)
 # Columns that name another memory: a restored value must name one that exists.
 REFERENCES = {"memory": ("replaced_by_id",), "relation": ("source_id", "target_id")}
 
@@ -149,8 +152,9 @@ class Snapshot:
 def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
     """Compare the row as it is now with what the record left (derived state aside).
 
-    A restore compares only the fields the record changed, and a field already back at the
-    value undo would write is no conflict; a row the record created must be as it left it.
+    A restore compares only the fields the record changed (a later change to one of them is a
+    conflict even if it wrote the value undo would: that record depends on this one's change);
+    a row the record created must be as it left it.
     """
     key = step.key
     if any(image is not None and image.get("forgotten") for image in (step.image, step.expected)):
@@ -161,20 +165,23 @@ def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
         if current is None:
             return None
         return Conflict(
-            kind=step.kind, target_id=step.target_id, reason="exists again", blocker=key
+            kind=step.kind,
+            target_id=step.target_id,
+            reason="exists again",
+            blocker=key,
+            blocking_fields=EXISTENCE,
         )
     if current is None:
         return Conflict(
-            kind=step.kind, target_id=step.target_id, reason="deleted since", blocker=key
+            kind=step.kind,
+            target_id=step.target_id,
+            reason="deleted since",
+            blocker=key,
+            blocking_fields=EXISTENCE,
         )
     expected, now = visible(step.expected), visible(current)
     if step.action == "restore":
-        before = visible(step.image or {})
-        names = [
-            n
-            for n in step.changed_fields()
-            if now.get(n) != expected.get(n) and now.get(n) != before.get(n)
-        ]
+        names = [n for n in step.changed_fields() if now.get(n) != expected.get(n)]
     else:
         names = sorted(n for n in expected.keys() | now.keys() if expected.get(n) != now.get(n))
     if not names:
@@ -228,8 +235,13 @@ def _dangling(outcome: _Outcome) -> Iterator[Conflict]:
         if s.action != "delete" and missing:
             named = ", ".join(f"{name} -> {mid}" for name, mid in missing)
             reason = f"would point at memories that would not exist ({named})"
-            blocker = ("memory", missing[0][1])
-            yield Conflict(kind=s.kind, target_id=s.target_id, reason=reason, blocker=blocker)
+            yield Conflict(
+                kind=s.kind,
+                target_id=s.target_id,
+                reason=reason,
+                blocker=("memory", missing[0][1]),
+                blocking_fields=EXISTENCE,  # whoever removed it, not who changed it before
+            )
 
 
 def _still_referred(outcome: _Outcome) -> Iterator[Conflict]:
@@ -273,7 +285,11 @@ def _duplicates(outcome: _Outcome) -> Iterator[Conflict]:
         if holder is not None and holder not in gone[s.kind]:
             reason = f"its unique key is taken by {s.kind} {holder}"
             yield Conflict(
-                kind=s.kind, target_id=s.target_id, reason=reason, blocker=(s.kind, holder)
+                kind=s.kind,
+                target_id=s.target_id,
+                reason=reason,
+                blocker=(s.kind, holder),
+                blocking_fields=("external_id",) if s.kind == "memory" else EXISTENCE,
             )
 
 

@@ -137,7 +137,7 @@ def _changes(op: MaintenanceOperation, fields: Sequence[str]) -> bool:
         return True
     before, after = visible(op.before), visible(op.after)
     names = fields or sorted(before.keys() | after.keys())
-    return any(before.get(name) != after.get(name) for name in names)
+    return any(before.get(name) != after.get(name) for name in names)  # "id": never
 
 
 def _tombstone(image: dict[str, Any] | None) -> bool:

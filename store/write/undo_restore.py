@@ -87,18 +87,23 @@ class Restorer:
     # -- memories ----------------------------------------------------------------------------------
 
     def _recreate_memories(self, steps: Sequence[UndoStep]) -> list[Memory]:
-        rows: list[Memory] = []
+        rows: list[tuple[Memory, int | None]] = []
         for step in steps:
             values = memory_values(step.image or {})
             for name in TIMELINE_FIELDS:
                 values[name] = None  # placed by event time once every row is back
+            # Set once every recreated row exists: it may name one recreated after it.
+            replaced_by = values.pop("replaced_by_id")
             memory = Memory(**values)
             self.session.add(memory)
-            rows.append(memory)
+            rows.append((memory, replaced_by))
         self.session.flush()
-        for memory in rows:
+        for memory, replaced_by in rows:
+            memory.replaced_by_id = replaced_by
+        self.session.flush()
+        for memory, _ in rows:
             self.unit.created(memory)
-        return rows
+        return [memory for memory, _ in rows]
 
     def _restore_memory(self, step: UndoStep) -> None:
         memory = self.session.get(Memory, step.target_id)

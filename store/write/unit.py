@@ -362,8 +362,8 @@ class UnitOfWork:
                 if _rewrites(tracked, restoring=self.restoring):
                     self._rewrote = True
             after = None if tracked.deleted else _image(tracked.row)
-            if tracked.before is not None and tracked.before == after:
-                continue
+            if tracked.before == after:
+                continue  # unchanged, or made and removed again in this unit (a cascade's undo)
             before = tombstone(tracked.before, key[1]) if tracked.erase else tracked.before
             operations.append(
                 MaintenanceOperation(
