@@ -1,0 +1,51 @@
+"""The families the benchmark knows, and where their converted data is looked for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from benchkit import ROOT, WORK
+
+# Where converted data is looked for, in this order: a shared copy beside the checkout (as
+# LoCoMo's), then what convert.py writes by default (git-ignored). Never the repository.
+SHARED = ROOT.parent / "shared" / "data" / "families"
+CONVERTED = WORK / "families" / "data"
+DATA_ROOTS = (SHARED, CONVERTED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    name: str
+    title: str
+    shape: str  # what the memories and the queries look like
+    held_out: bool  # never tuned on: no weight may be chosen by looking at any of it
+    split_by: Literal["namespace", "question"]  # the unit the tune/report halves divide
+    chat: bool  # queries are conversation excerpts (the conversation so far)
+
+
+FAMILIES: dict[str, Family] = {
+    family.name: family
+    for family in (
+        Family(
+            name="friendsqa",
+            title="FriendsQA: short factual questions over an episode's scenes",
+            shape="one namespace per Friends episode; every utterance of its scenes a memory, "
+            "each scene a session (scripted human dialogue, not generated); short wh-questions "
+            "about one scene, gold = the utterances holding an annotated answer",
+            held_out=False,
+            split_by="namespace",
+            chat=False,
+        ),
+        Family(
+            name="madial",
+            title="MADial-Bench: the conversation so far recalls a past personal event",
+            shape="one namespace per user, each memory a dated personal event with its "
+            "emotion; the query is the dialogue up to the assistant turn that should bring a "
+            "memory up (3-9 chatty lines), gold = the annotated relevant memories",
+            held_out=True,
+            split_by="question",
+            chat=True,
+        ),
+    )
+}
