@@ -154,7 +154,8 @@ def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
 
     A restore compares only the fields the record changed (a later change to one of them is a
     conflict even if it wrote the value undo would: that record depends on this one's change);
-    a row the record created must be as it left it.
+    a row the record created, or a memory it made active that the undo retires again, must be
+    as it left it.
     """
     key = step.key
     if any(image is not None and image.get("forgotten") for image in (step.image, step.expected)):
@@ -180,9 +181,9 @@ def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
             blocking_fields=EXISTENCE,
         )
     expected, now = visible(step.expected), visible(current)
-    if step.action == "restore":
+    if step.action == "restore" and not _retires(step):
         names = [n for n in step.changed_fields() if now.get(n) != expected.get(n)]
-    else:
+    else:  # a row the record made, or one it put back in use: any later change needs it
         names = sorted(n for n in expected.keys() | now.keys() if expected.get(n) != now.get(n))
     if not names:
         return None
@@ -205,6 +206,17 @@ def _written(step: UndoStep) -> list[tuple[str, int | None]]:
         changed = set(step.changed_fields())
         names = tuple(name for name in names if name in changed)
     return [(name, image.get(name)) for name in names]
+
+
+def _retires(step: UndoStep) -> bool:
+    """Tell whether the step takes a memory the record made active out of use again: a later
+    change to it (an edit needs an active memory) then depends on the record."""
+    active = "active"
+    return (
+        step.kind == "memory"
+        and (step.expected or {}).get("status") == active
+        and (step.image or {}).get("status") != active
+    )
 
 
 def _references(step: UndoStep) -> list[tuple[str, int]]:

@@ -79,6 +79,8 @@ def find_dependents(
                 .order_by(MaintenanceOperation.record_id, MaintenanceOperation.seq)
             )
             for op, later in rows:
+                if _redoes(session, later, record.id):
+                    continue  # it put this record's own changes back: no change of its own
                 for conflict in by_row[(kind, op.target_id)]:
                     if _changes(op, conflict.blocking_fields):
                         explained.add(conflict.blocker)
@@ -122,6 +124,20 @@ def _erasures(
         if hits:
             found.append((forget, [f"erased {kind} {row}" for kind, row in hits]))
     return found
+
+
+def _redoes(session: Session, later: MaintenanceRecord, record_id: int) -> bool:
+    """Tell whether ``later`` is a redo of the record: an undo of an undo of it (or of a redo
+    of it, and so on down the chain)."""
+    current: MaintenanceRecord | None = later
+    while current is not None and current.undoes_id is not None:
+        undone = session.get(MaintenanceRecord, current.undoes_id)
+        if undone is None or undone.undoes_id is None:
+            return False
+        if undone.undoes_id == record_id:
+            return True
+        current = session.get(MaintenanceRecord, undone.undoes_id)
+    return False
 
 
 def _at(record: MaintenanceRecord) -> datetime:
