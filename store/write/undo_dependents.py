@@ -43,15 +43,6 @@ class Dependent:
         final = ", which cannot be undone" if self.final else ""
         return f"#{self.record_id} {self.job} ({self.at:%Y-%m-%d %H:%M:%S}{final}): {done}"
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "record_id": self.record_id,
-            "job": self.job,
-            "at": self.at.isoformat(),
-            "what": list(self.what),
-            "final": self.final,
-        }
-
 
 def find_dependents(
     session: Session, record: MaintenanceRecord, conflicts: Sequence[Conflict]
