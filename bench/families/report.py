@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from locomo_bench.metrics import K
+from locomo_bench.report import ablation_table
 
 from families.run import BASELINES
 from families.split import REPORT, TUNE
@@ -149,18 +150,10 @@ def _check(runs: Mapping[str, Any]) -> str:
 
 
 def _ablations(name: str, family: Mapping[str, Any]) -> list[str]:
-    ablations = family["ablations_r10"]
-    base = ablations["defaults (re-ranking)"]
-    lines = [
-        f"{name}: ablations, R@10 over all questions (a diagnostic: values are never chosen here)",
-        "",
-        "| ranking | R@10 | change |",
-        "|---|---:|---:|",
-    ]
-    lines += [
-        f"| {label} | {value:.1f} | {value - base:+.1f} |" for label, value in ablations.items()
-    ]
-    return [*lines, ""]
+    title = (
+        f"{name}: ablations, R@10 over all questions (a diagnostic: values are never chosen here)"
+    )
+    return ablation_table(title, family)
 
 
 def _losses(report: Mapping[str, Any]) -> list[str]:

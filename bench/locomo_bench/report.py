@@ -122,7 +122,9 @@ def _view_section(name: str, view: Mapping[str, Any]) -> list[str]:
         lines.append(f"| {group} | " + " | ".join(cells) + " |")
     lines.append("")
     lines += _run_tables(f"{name}: {RUN_TITLES['defaults']}", view["runs"]["defaults"])
-    lines += _ablation_table(name, view)
+    lines += ablation_table(
+        f"### {name}: ablations (overall R@10, re-ranking the same candidates)", view
+    )
     return lines
 
 
@@ -181,11 +183,12 @@ def _run_tables(title: str, run: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _ablation_table(name: str, view: Mapping[str, Any]) -> list[str]:
+def ablation_table(title: str, view: Mapping[str, Any]) -> list[str]:
+    """A view's (or family's) ablations: each ranking's R@10 and its change from the defaults."""
     ablations = view["ablations_r10"]
     base = ablations["defaults (re-ranking)"]
     lines = [
-        f"### {name}: ablations (overall R@10, re-ranking the same candidates)",
+        title,
         "",
         "| ranking | R@10 | change |",
         "|---|---:|---:|",

@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select
 
 from store.database import Database
-from store.db import make_engine, session_factory, upgrade
+from store.db import make_engine, upgrade
 from store.kinds import MemoryStatus
-from store.models import MaintenanceRecord, Memory
+from store.models import Memory
 from store.operations import (
     CreateMemory,
     CreateRelation,
@@ -39,6 +38,7 @@ from store.vector.indexer import Indexer
 from store.write import edits
 from store.write.undo import AlreadyUndone, NothingToUndo, UndoConflict, undo
 from tests.helpers.fake_embedder import FakeEmbedder
+from tests.helpers.histories import memories, records
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 _namespaces = itertools.count()
@@ -96,18 +96,6 @@ actions = st.one_of(
     st.builds(Action, name=st.just("delete"), first=pick),
     st.builds(Action, name=st.just("undo"), first=pick),
 )
-
-
-def memories(db: Database, namespace: str) -> list[Memory]:
-    with session_factory(db.engine)() as session:
-        query = select(Memory).where(Memory.namespace == namespace).order_by(Memory.id)
-        return list(session.scalars(query))
-
-
-def records(db: Database, namespace: str) -> list[MaintenanceRecord]:
-    with session_factory(db.engine)() as session:
-        query = select(MaintenanceRecord).where(MaintenanceRecord.namespace == namespace)
-        return list(session.scalars(query.order_by(MaintenanceRecord.id)))
 
 
 def operations_for(action: Action, rows: list[Memory]) -> list[Operation]:
