@@ -245,7 +245,12 @@ def ingest(
 @click.option("--since", help="Only memories whose event time is at or after this ISO time.")
 @click.option("--until", help="Only memories whose event time is before this ISO time.")
 @click.option("--meta", multiple=True, help="KEY=VALUE: metadata equal to VALUE exactly.")
-@click.option("--min-score", type=float, help="Drop hits scoring below this.")
+@click.option(
+    "--min-score",
+    type=float,
+    help="Answer nothing unless a hit is at least this relevant (0-1, the same scale in any "
+    'query and store; agents use 0.4 to hear "nothing relevant"). Default 0: k hits.',
+)
 @click.option(
     "--reinforce/--no-reinforce",
     default=True,

@@ -148,6 +148,8 @@ def search_request(
     filters = read_filters(types, tags, since, until, meta, problems)
     if min_score is not None and not math.isfinite(min_score):
         problems.append(("min_score", "must be a finite number"))
+    elif min_score is not None and not 0.0 <= min_score <= 1.0:
+        problems.append(("min_score", "must be between 0 and 1 (a hit's relevance)"))
     if problems:
         raise ValidationFailed(problems)
     return SearchRequest(

@@ -151,6 +151,13 @@ class IngestSettings(Section):
     commit_every: int = Field(default=1000, ge=1)
 
 
+# The min_score agents search with (MCP, the Python client's recall): a search whose best hit's
+# relevance (store.search.scoring.relevance) is below it answers nothing ("nothing relevant"). Chosen by bench/relevance.py
+# on tune halves: the highest threshold costing at most 1 point of recall@10 at home
+# (docs/retrieval.md#relevance). The plain API keeps min_score 0 (k hits) unless asked.
+AGENT_MIN_SCORE = 0.4
+
+
 class RetrievalSettings(Section):
     """Weights of the final score and the shape of the search; defaults come from bench/locomo."""
 
@@ -188,7 +195,13 @@ class RetrievalSettings(Section):
     # (the earlier turns have the rest) and of the query vector (see store/search/query_shape.py).
     chat_focus_lexical: float = Field(default=0.9, ge=0, le=1)
     chat_focus_dense: float = Field(default=0.7, ge=0, le=1)
-    min_score: float = 0.0
+    # ...which is also read as given, a second reading; each memory keeps the better of its
+    # match under the two. The reading that is not the chat's subject is weighted by
+    # chat_aside: the excerpt's when the latest turn asks a question, the focus's when not.
+    chat_aside: float = Field(default=0.5, ge=0, le=1)
+    # A search whose best hit's relevance (0-1, comparable across queries) is lower answers
+    # no hits ("nothing relevant"); 0: always k hits.
+    min_score: float = Field(default=0.0, ge=0, le=1)
 
 
 class ReinforcementSettings(Section):

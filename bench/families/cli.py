@@ -20,6 +20,7 @@ from families.items import FamilyDataMissing, find_items, load_family
 from families.registry import DATA_ROOTS, FAMILIES
 from families.report import markdown
 from families.run import family_report, split_family, subsample
+from families.views import viewed
 from store.settings import RetrievalSettings
 
 
@@ -76,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logger.add(sys.stderr, level="WARNING")
     roots = args.data or list(DATA_ROOTS)
     try:
-        items = {name: find_items(name, roots) for name in args.families}
+        items = {name: find_items(FAMILIES[name].source, roots) for name in args.families}
     except FamilyDataMissing as error:
         sys.exit(str(error))
     started = time.perf_counter()
@@ -84,11 +85,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     families: dict[str, Any] = {}
     for name, path in items.items():
         family = FAMILIES[name]
-        whole = load_family(path)
+        whole = viewed(load_family(path), family.view)
         split = split_family(family, whole)
         loaded = subsample(whole, args.max_questions)
         say(f"{name}: preparing the store of {path}")
-        materials = prepare(args.work, path, f"family-{name}", loaded.conversations)
+        materials = prepare(args.work, path, f"family-{family.source}", loaded.conversations)
         bench = Bench(
             name=name,
             conversations=loaded.conversations,

@@ -22,6 +22,13 @@ class Family:
     held_out: bool  # never tuned on: no weight may be chosen by looking at any of it
     split_by: Literal["namespace", "question"]  # the unit the tune/report halves divide
     chat: bool  # queries are conversation excerpts (the conversation so far)
+    data: str | None = None  # another family whose data (and store) it reads
+    view: str | None = None  # how its questions are asked (bench/families/views.py)
+
+    @property
+    def source(self) -> str:
+        """The family whose converted data this one reads."""
+        return self.data or self.name
 
 
 FAMILIES: dict[str, Family] = {
@@ -36,6 +43,18 @@ FAMILIES: dict[str, Family] = {
             held_out=False,
             split_by="namespace",
             chat=False,
+        ),
+        Family(
+            name="friendsqa-chat",
+            title="FriendsQA asked in chats: the question after 3-6 turns of its scene",
+            shape="FriendsQA's memories; each question the latest line of a chat excerpt of "
+            "3-6 other utterances of the scene holding its answer (excerpts about what is "
+            "asked, the opposite of LoCoMo's chat view)",
+            held_out=False,
+            split_by="namespace",
+            chat=True,
+            data="friendsqa",
+            view="scene_chat",
         ),
         Family(
             name="madial",

@@ -33,9 +33,9 @@ from store.lexical.index import LexicalIndex
 from store.lexical.source import SqlLexicalSource
 from store.lexical.view import LexicalView
 from store.reads.search import SearchRow
-from store.search.query_shape import QueryShape, query_vector
+from store.search.query_shape import QueryShape, query_terms, query_vector
 from store.search.scoring import mix_scores, parse_periods
-from store.search.searcher import SESSION_CANDIDATES, Evidence, query_shape
+from store.search.searcher import SESSION_CANDIDATES, Evidence, Seen, query_shape
 from store.service import Store
 from store.settings import RetrievalSettings
 from store.vector.index import VectorHit
@@ -203,19 +203,35 @@ class Materials:
         shape = query_shape(text, settings)
         ns = conv.namespace
         n_lexical = settings.lexical_candidates
+        seen = [
+            Seen(
+                lexical=mix_scores(
+                    [
+                        (self.lexical(ns, part, n_lexical, settings.lexical_context), w)
+                        for part, w in reading.lexical
+                    ],
+                    n_lexical,
+                ),
+                sessions=mix_scores(
+                    [(self.sessions(ns, part), w) for part, w in reading.lexical],
+                    SESSION_CANDIDATES,
+                ),
+                hits=self.dense(ns, reading.dense, settings.dense_candidates),
+                weight=reading.weight,
+            )
+            for reading in shape.readings
+        ]
+        main, *also = seen
         return Evidence(
-            lexical=mix_scores(
-                [
-                    (self.lexical(ns, part, n_lexical, settings.lexical_context), w)
-                    for part, w in shape.lexical
-                ],
-                n_lexical,
-            ),
-            sessions=mix_scores(
-                [(self.sessions(ns, part), w) for part, w in shape.lexical], SESSION_CANDIDATES
-            ),
-            hits=self.dense(ns, shape.dense, settings.dense_candidates),
+            lexical=main.lexical,
+            sessions=main.sessions,
+            hits=main.hits,
+            weight=main.weight,
             periods=parse_periods(shape.focus, conv.now),
+            also=tuple(also),
+            terms=(terms := query_terms(shape)),
+            echoes=shape.echoes,
+            idf=self._lexical_view(ns).idf(frozenset().union(*terms)),
         )
 
 

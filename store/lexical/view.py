@@ -8,7 +8,7 @@ grows.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -93,6 +93,21 @@ class LexicalView:
             k1=k1,
             b=b,
         )
+
+    def idf(self, terms: Iterable[str]) -> dict[str, float]:
+        """Return each term's BM25 IDF over the view's memories (a term none holds: the
+        highest there is). Dead base documents still count, as in the base's own scores."""
+        n_docs = len(self)
+        found = {}
+        for term in terms:
+            df = 0
+            for index in self._indexes:
+                term_id = index.vocab.get(term)
+                if term_id is not None:
+                    postings = index.memory_part.postings
+                    df += int(postings.indptr[term_id + 1] - postings.indptr[term_id])
+            found[term] = bm25.idf(min(df, n_docs), n_docs)
+        return found
 
     def search_sessions(self, query: str, k: int) -> dict[str, float]:
         """Like `LexicalIndex.search_sessions`, over base and tail."""

@@ -50,6 +50,7 @@ class SearchRow:
     next_id: int | None
     base_importance: float
     pinned: bool
+    content_hash: str = ""  # store.text.content_hash of its text: a chat's echoes are known by it
     # The sessions of the memories this one replaced (superseded or merged); not a column:
     # ``search_rows`` fills it in the same connection.
     replaced: frozenset[str] = frozenset()

@@ -17,7 +17,19 @@ short to say much: "and when was that?"), is weighted on purpose:
   cosines;
 - periods ("last May") are read from the focus only: chatter says "today" and "this week".
 
-A keyword query or a question is one short line: it is searched as given, one embedding.
+That reading alone loses a memory that the excerpt as a whole is about while its latest turn
+is small talk ("it was a rough week."), the usual case when a user tells what is happening
+to them. So a chat is also read as given, a second *reading* (``Reading``): the embedding of
+the whole text (and of its tail, when the text is longer than the model reads); not BM25,
+which over a whole chat follows every word of every turn. Each memory keeps the better of
+its match under the readings (``store.search.ranking.rank``). A chat whose latest turn asks a question is about that
+question: the excerpt's reading is weighted by ``chat_aside`` (0.5); one whose latest turn
+asks nothing is about the whole excerpt: the focus's reading is weighted so instead. Turns
+the excerpt quotes are its *echoes*: the excerpt's reading gives them nothing.
+
+A keyword query, a question or a paragraph (one line, however long) is searched as given,
+one reading and one embedding: a memory's own text used as a query is read as it was
+embedded, so it is its own nearest vector.
 """
 
 from __future__ import annotations
@@ -29,39 +41,55 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from store.lexical.index import tokenize
+from store.text import content_hash
+
 Vector = npt.NDArray[np.float32]
 
-# A one-line query of more words than this is read as chat (split into sentences).
-CHAT_MIN_WORDS = 40
 # The focus grows backwards, turn by turn, until it has this many words.
 FOCUS_MIN_WORDS = 6
 # Words of the excerpt's end that the context embedding reads (MiniLM reads 256 tokens).
 CONTEXT_WORDS = 150
 
 _WORD = re.compile(r"\w+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_SPEAKER = re.compile(r"[^:\n]{1,40}:\s+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reading:
+    """One way to read a query: the texts BM25 searches, the texts embedded into one query
+    vector, each with its weight, and the weight of the relevance this reading gives."""
+
+    lexical: tuple[tuple[str, float], ...]  # (text BM25 searches, the weight of its scores)
+    dense: tuple[tuple[str, float], ...]  # (text to embed, its weight in the query vector)
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class QueryShape:
-    """How one query is searched: the text BM25 reads, the texts embedded and their weights."""
+    """How one query is searched: its readings, the first the main one (the focus)."""
 
     text: str  # the query as given
     focus: str  # the latest turn(s) of a chat; the whole query otherwise
-    lexical: tuple[tuple[str, float], ...]  # (text BM25 searches, the weight of its scores)
-    dense: tuple[tuple[str, float], ...]  # (text to embed, its weight in the query vector)
+    lexical: tuple[tuple[str, float], ...]  # the main reading's
+    dense: tuple[tuple[str, float], ...]  # the main reading's
+    weight: float = 1.0  # the main reading's
+    also: tuple[Reading, ...] = ()  # a chat's other readings: the excerpt as given
+    echoes: frozenset[str] = frozenset()  # content hashes of the earlier turns (see `echoes_of`)
 
     @property
     def chat(self) -> bool:
         return self.focus != self.text
 
+    @property
+    def readings(self) -> tuple[Reading, ...]:
+        return (Reading(lexical=self.lexical, dense=self.dense, weight=self.weight), *self.also)
+
 
 def turns_of(query: str) -> list[str]:
-    """Split a query into turns: its non-empty lines, or the sentences of one long line."""
-    lines = [line.strip() for line in query.splitlines() if line.strip()]
-    if len(lines) == 1 and _words(lines[0]) > CHAT_MIN_WORDS:
-        return [s for s in _SENTENCE_END.split(lines[0]) if s.strip()]
-    return lines
+    """Split a query into turns: its non-empty lines. One line, however long, is one turn: a
+    paragraph (a summary, a memory's own text) is no chat."""
+    return [line.strip() for line in query.splitlines() if line.strip()]
 
 
 def focus_of(turns: Sequence[str]) -> int:
@@ -72,11 +100,17 @@ def focus_of(turns: Sequence[str]) -> int:
     return start
 
 
-def shape_query(query: str, *, focus_lexical: float, focus_dense: float) -> QueryShape:
+def shape_query(
+    query: str, *, focus_lexical: float, focus_dense: float, aside: float | None = None
+) -> QueryShape:
     """Return how to search ``query``: as given, or as a chat excerpt with its focus weighted.
 
     ``focus_lexical`` is the focus's share of the lexical score (the earlier turns have the
-    rest); ``focus_dense`` its share of the query vector (0 = the excerpt only).
+    rest); ``focus_dense`` its share of the query vector (0 = the excerpt only). ``aside``
+    (None: the focus reading alone) adds the reading of the excerpt as given (with its tail as
+    a reading of its own when the excerpt is longer than the embedder reads) and weighs the
+    reading that is not the chat's subject: the excerpt's when the latest turn asks a
+    question, the focus's when it asks nothing.
     """
     text = query.strip()
     turns = turns_of(text)
@@ -85,12 +119,48 @@ def shape_query(query: str, *, focus_lexical: float, focus_dense: float) -> Quer
         return QueryShape(text=text, focus=text, lexical=((text, 1.0),), dense=((text, 1.0),))
     focus = "\n".join(turns[start:])
     earlier = "\n".join(turns[:start])
+    tail = _tail(turns, CONTEXT_WORDS)
+    also: list[Reading] = []
+    weight = 1.0
+    if aside is not None:
+        question = asks(turns[-1])
+        excerpt = aside if question else 1.0
+        weight = 1.0 if question else aside
+        # Its meaning only: BM25 over a whole chat follows every word of every turn.
+        also.append(Reading(lexical=(), dense=((text, 1.0),), weight=excerpt))
+        if tail != text:
+            also.append(Reading(lexical=(), dense=((tail, 1.0),), weight=excerpt))
     return QueryShape(
         text=text,
         focus=focus,
         lexical=_weighted(focus, earlier, focus_lexical),
-        dense=_weighted(focus, _tail(turns, CONTEXT_WORDS), focus_dense),
+        dense=_weighted(focus, tail, focus_dense),
+        weight=weight,
+        also=tuple(also),
+        echoes=echoes_of(turns[:start]) if also else frozenset(),
     )
+
+
+def _unlabelled(turn: str) -> str:
+    label = _SPEAKER.match(turn)
+    return turn[label.end() :] if label else turn
+
+
+def asks(turn: str) -> bool:
+    """Tell whether a turn asks a question (it holds a question mark)."""
+    return "?" in turn
+
+
+def echoes_of(turns: Sequence[str]) -> frozenset[str]:
+    """Return the content hashes of a chat's earlier turns, each as given and without a leading
+    "speaker:" label. A memory with one of them is an *echo*: the excerpt quotes it (a
+    companion that stores its chat as it goes holds the very turns an agent searches with),
+    so reading the excerpt as given must not find it; the focus still may."""
+    found = set()
+    for turn in turns:
+        found.add(content_hash(turn))
+        found.add(content_hash(_unlabelled(turn)))
+    return frozenset(found)
 
 
 def _weighted(focus: str, rest: str, share: float) -> tuple[tuple[str, float], ...]:
@@ -114,8 +184,25 @@ def _words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
-def query_vector(shape: QueryShape, embed: Callable[[str], Vector]) -> Vector:
-    """Return the query vector: one embedding, or the weighted mix of a chat's two, unit length.
+# A chat's turn of fewer BM25 terms says too little to be a term set of its own ("yeah, sure").
+TURN_MIN_TERMS = 3
+
+
+def query_terms(shape: QueryShape) -> tuple[frozenset[str], ...]:
+    """Return the query's BM25 terms as sets: of the whole query; of a chat's focus too, and
+    of each of its turns of at least TURN_MIN_TERMS terms besides its "speaker:" label (a
+    memory may answer any one of them: the one where the user says what happened)."""
+    if shape.focus == shape.text:
+        return (frozenset(tokenize([shape.text])[0]),)
+    turns = [_unlabelled(turn) for turn in turns_of(shape.text)]
+    sets = [frozenset(tokens) for tokens in tokenize([shape.text, shape.focus, *turns])]
+    whole, focus, each = sets[0], sets[1], sets[2:]
+    return (whole, focus, *(terms for terms in each if len(terms) >= TURN_MIN_TERMS))
+
+
+def query_vector(shape: QueryShape | Reading, embed: Callable[[str], Vector]) -> Vector:
+    """Return the query vector of a reading (a shape's main one): one embedding, or the
+    weighted mix of a chat's two, unit length.
 
     The cosine of a memory with the mix is the same mix of its cosines with the parts.
     """

@@ -4,7 +4,7 @@ Nothing here does I/O or reads the clock; ``store.search.searcher`` gathers the 
 calls these.
 The final score of a memory is
 
-    w_sim * relevance + w_imp * (importance / 10) * exp(-lambda * age) + w_rec * recency
+    w_sim * match + w_imp * (importance / 10) * exp(-lambda * age) + w_rec * recency
     + w_act * activation
 
 Decay (lambda = ln 2 / half_life_days) and recency shape only their own terms; they never
@@ -29,7 +29,7 @@ SECONDS_PER_DAY = 86_400.0
 
 @dataclass(frozen=True, kw_only=True)
 class Parts:
-    """The parts of relevance, each in [0, 1]."""
+    """The parts of the match, each in [0, 1]."""
 
     lexical: float = 0.0  # (BM25 score / the query's best BM25 score) ** lexical_exponent
     dense: float = 0.0  # cosine of the memory's vector, scaled over the candidates
@@ -41,7 +41,7 @@ class Parts:
 class Terms:
     """The raw factors of the four terms of the final score (weights not applied)."""
 
-    relevance: float
+    match: float
     importance: float
     recency: float
     activation: float
@@ -69,8 +69,9 @@ class Spread:
 # -- the terms ---------------------------------------------------------------------------------
 
 
-def relevance(parts: Parts, settings: RetrievalSettings) -> float:
-    """Return the weighted sum of the relevance parts."""
+def match(parts: Parts, settings: RetrievalSettings) -> float:
+    """Return the weighted sum of the parts: how well a memory matches, for ranking within one
+    query (its parts are normalised per query, so it means nothing across queries)."""
     return (
         settings.w_lexical * parts.lexical
         + settings.w_dense * parts.dense
@@ -82,7 +83,7 @@ def relevance(parts: Parts, settings: RetrievalSettings) -> float:
 def final_score(terms: Terms, settings: RetrievalSettings) -> float:
     """Return the final score: each raw factor times its weight, summed."""
     return (
-        settings.w_sim * terms.relevance
+        settings.w_sim * terms.match
         + settings.w_imp * terms.importance
         + settings.w_rec * terms.recency
         + settings.w_act * terms.activation
@@ -114,7 +115,47 @@ def recency_factor(age: float, half_life_days: float) -> float:
     return decay(age, half_life_days)
 
 
-# -- relevance parts ---------------------------------------------------------------------------
+# -- relevance: a hit's evidence on an absolute scale -------------------------------------------
+
+# The logistic model of `relevance` (see docs/retrieval.md#relevance): fitted on the tune
+# halves of bench/relevance.py (LoCoMo conversations 0-4, FriendsQA's tune episodes) to tell a
+# memory a question asks for from the other hits; the cosines are all-MiniLM-L6-v2's.
+RELEVANCE_SIMILARITY = 4.6
+RELEVANCE_COVERAGE = 5.0
+RELEVANCE_BIAS = -3.5
+
+
+def coverage(
+    query_terms: Sequence[frozenset[str]],
+    memory_terms: Iterable[str],
+    idf: Mapping[str, float] | None = None,
+) -> float:
+    """Return the best share, over the query's term sets (a chat: its focus, the whole
+    excerpt), of a set's terms that the memory holds, each term weighed by its ``idf`` (1 if
+    not given): a name every memory holds says little, a word none holds says the memory is
+    not about it. 0 for a query without terms."""
+    held = set(memory_terms)
+    weights: Mapping[str, float] = idf or {}
+    best = 0.0
+    for terms in query_terms:
+        total = sum(weights.get(term, 1.0) for term in terms)
+        if total > 0:
+            best = max(best, sum(weights.get(term, 1.0) for term in terms & held) / total)
+    return best
+
+
+def relevance(similarity: float, covered: float) -> float:
+    """Return how likely a memory is one the query asks for, in [0, 1], from evidence that
+    depends little on the rest of the store: the cosine of its vector with the query's (the
+    best over the readings) and the share of the query's terms it holds (`coverage`, each
+    term weighed by its rarity in the namespace). A memory that holds every term of the
+    query gets the same value in a store of 10 memories or of a million, others nearly so;
+    so a threshold (``min_score``) can mean "nothing relevant"."""
+    logit = RELEVANCE_SIMILARITY * similarity + RELEVANCE_COVERAGE * covered + RELEVANCE_BIAS
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, logit))))
+
+
+# -- match parts -------------------------------------------------------------------------------
 
 
 def lexical_parts(scores: Mapping[int, float], exponent: float) -> dict[int, float]:
@@ -162,33 +203,58 @@ def period_part(moment: datetime, periods: Sequence[Period]) -> float:
 
 
 def worth_reading(
-    known: Iterable[int],
+    known: Mapping[int, str],
     others: Iterable[int],
-    lexical: Mapping[int, float],
-    dense: Mapping[int, float],
+    readings: Sequence[ReadingParts],
     *,
-    most_added: float,
     settings: RetrievalSettings,
 ) -> list[int]:
     """Return those of ``others`` that may still be among the ``settings.anchors`` most relevant.
 
-    A memory's relevance is at least its weighted lexical and dense parts (its base) and at
-    most its base plus ``most_added``, the most its session and period parts can add. Once
-    ``known`` memories (read, and usable) hold ``anchors`` bases of at least some value, a
-    memory whose base plus ``most_added`` stays below that value cannot be an anchor: its row
-    need not be read, and the anchors are the same.
+    Under each reading a memory's relevance is at least its weighted lexical and dense parts
+    (its base) and at most its base plus the most the reading's session and period parts can
+    add; its relevance is the best over the readings. Once ``known`` memories (read, and
+    usable: id -> content hash) hold ``anchors`` lower bounds of at least some value, a memory
+    whose upper bound stays below that value cannot be an anchor: its row need not be read,
+    and the anchors are the same. A reading gives an echo of it nothing (`ReadingParts`).
     """
 
-    def base(memory_id: int) -> float:
-        return settings.w_lexical * lexical.get(memory_id, 0.0) + settings.w_dense * dense.get(
-            memory_id, 0.0
+    def lowest(memory_id: int) -> float:
+        return max(
+            reading.base(memory_id, settings)
+            for reading in readings
+            if known[memory_id] not in reading.echoes
         )
 
-    bases = sorted((base(memory_id) for memory_id in known), reverse=True)
-    if len(bases) < settings.anchors:
+    def highest(memory_id: int) -> float:
+        return max(reading.base(memory_id, settings) + reading.most_added for reading in readings)
+
+    bounds = sorted((lowest(memory_id) for memory_id in known), reverse=True)
+    if len(bounds) < settings.anchors:
         return list(others)
-    floor = bases[settings.anchors - 1] - most_added - 1e-9  # the margin absorbs rounding
-    return [memory_id for memory_id in others if base(memory_id) >= floor]
+    floor = bounds[settings.anchors - 1] - 1e-9  # the margin absorbs rounding
+    return [memory_id for memory_id in others if highest(memory_id) >= floor]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadingParts:
+    """What one reading of a query gives the memories: lexical and dense parts (normalised
+    within the reading), session scores, and the weight of the relevance it gives."""
+
+    lexical: Mapping[int, float]
+    dense: Mapping[int, float]
+    sessions: Mapping[str, float]
+    weight: float = 1.0
+    most_added: float = 0.0  # the most its session and period parts can add, weighted
+    # Content hashes of memories this reading gives nothing: the turns a chat excerpt quotes,
+    # for the reading of the excerpt as given (``store.search.query_shape.echoes_of``).
+    echoes: frozenset[str] = frozenset()
+
+    def base(self, memory_id: int, settings: RetrievalSettings) -> float:
+        return self.weight * (
+            settings.w_lexical * self.lexical.get(memory_id, 0.0)
+            + settings.w_dense * self.dense.get(memory_id, 0.0)
+        )
 
 
 def top_ids(

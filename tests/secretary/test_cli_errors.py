@@ -258,7 +258,7 @@ def test_unknown_namespace_is_reported_with_the_known_ones(run: Run, args: tuple
 def test_known_namespace_without_matches_is_not_an_error(run: Run) -> None:
     run("init")
     run("ingest", str(SAMPLE), "--no-index")
-    assert "no memories matched" in run("search", "zzzqqq", "--min-score", "100").output
+    assert "no memories matched" in run("search", "zzzqqq", "--min-score", "1").output
 
 
 def test_ingest_invalid_utf8_names_the_line(run: Run, tmp_path: Path) -> None:
@@ -284,6 +284,13 @@ def test_search_min_score_nan_is_a_usage_error(run: Run) -> None:
     run("ingest", str(SAMPLE), "--no-index")
     result = run("search", "cat", "--min-score", "nan", code=2)
     assert "finite" in result.stderr
+
+
+def test_search_min_score_beyond_a_relevance_is_a_usage_error(run: Run) -> None:
+    run("init")
+    run("ingest", str(SAMPLE), "--no-index")
+    result = run("search", "cat", "--min-score", "2", code=2)
+    assert "between 0 and 1" in result.stderr
 
 
 def test_ingest_lone_surrogate_names_line_and_field_writes_nothing(

@@ -478,6 +478,8 @@ def test_serve_default_binds_localhost(tmp_path: Path, monkeypatch: pytest.Monke
         ({"q": "x", "type": "Not A Type"}, "query.type"),
         ({"q": "x", "meta": "no-equals-sign"}, "query.meta"),
         ({"q": "x", "min_score": "nan"}, "query.min_score"),
+        ({"q": "x", "min_score": 1.5}, "query.min_score"),
+        ({"q": "x", "min_score": -0.1}, "query.min_score"),
         ({"q": "x", "reinforce": "perhaps"}, "query.reinforce"),
         ({"q": "x", "namespace": ""}, "query.namespace"),
     ],

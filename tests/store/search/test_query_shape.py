@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 
 from store.search.query_shape import (
-    CHAT_MIN_WORDS,
     CONTEXT_WORDS,
     focus_of,
+    query_terms,
     query_vector,
     shape_query,
     turns_of,
 )
 from store.search.scoring import mix_scores
+from store.text import content_hash
 
 CHAT = """Caroline: hey! how was the weekend, anything fun?
 Melanie: pretty quiet, we baked bread and watched a movie with the kids
@@ -64,12 +65,51 @@ def test_chat_focus_dense_zero_embeds_the_excerpt_only() -> None:
     assert found.lexical == ((found.focus, 1.0),)  # the focus alone
 
 
-def test_long_single_line_split_into_sentences() -> None:
-    chatter = " ".join(["we talked about the weather for a while."] * 6)
-    query = f"{chatter} What did Maya adopt last spring?"
-    assert len(query.split()) > CHAT_MIN_WORDS
-    found = shape_query(query, focus_lexical=0.75, focus_dense=0.7)
-    assert found.focus == "What did Maya adopt last spring?"
+def test_long_single_line_is_a_paragraph_searched_as_given() -> None:
+    # A summary or a memory's own text: embedded as it was, so it is its own nearest vector.
+    paragraph = " ".join(["we talked about the weather for a while."] * 30)
+    found = shape_query(paragraph, focus_lexical=0.75, focus_dense=0.7, aside=0.5)
+    assert not found.chat
+    assert [(r.lexical, r.dense, r.weight) for r in found.readings] == [
+        (((paragraph, 1.0),), ((paragraph, 1.0),), 1.0)
+    ]
+
+
+def test_chat_ending_in_a_question_is_about_it_its_excerpt_read_aside() -> None:
+    found = shape_query(CHAT, focus_lexical=0.9, focus_dense=0.7, aside=0.6)
+    main, excerpt = found.readings
+    assert main.weight == 1.0
+    assert (main.lexical, main.dense) == (found.lexical, found.dense)
+    assert excerpt.dense == ((CHAT, 1.0),)
+    assert excerpt.lexical == ()  # BM25 over the whole chat would follow its chatter
+    assert excerpt.weight == 0.6
+    assert shape_query(CHAT, focus_lexical=0.9, focus_dense=0.7).also == ()  # no aside: focus only
+
+
+def test_chat_asking_nothing_is_about_the_whole_excerpt_its_focus_read_aside() -> None:
+    chat = CHAT.rsplit("\n", 1)[0] + "\nMelanie: it was a rough week at work, honestly."
+    focus, excerpt = shape_query(chat, focus_lexical=0.9, focus_dense=0.7, aside=0.6).readings
+    assert (focus.weight, excerpt.weight) == (0.6, 1.0)
+
+
+def test_chat_echoes_are_its_earlier_turns_with_and_without_their_speaker() -> None:
+    found = shape_query(CHAT, focus_lexical=0.9, focus_dense=0.7, aside=0.5)
+    earlier = "Melanie: pretty quiet, we baked bread and watched a movie with the kids"
+    assert content_hash(earlier) in found.echoes
+    assert content_hash(earlier.split(": ", 1)[1]) in found.echoes
+    assert content_hash(found.focus) not in found.echoes  # the focus may still be found
+
+
+def test_long_chat_is_read_whole_and_by_its_tail() -> None:
+    turns = [f"turn {i} " + "word " * 40 for i in range(10)] + ["what about the cat?"]
+    query = "\n".join(turns)
+    found = shape_query(query, focus_lexical=0.75, focus_dense=0.5, aside=1.0)
+    whole, tail = found.also
+    assert whole.dense == ((query, 1.0),)  # as given: what the model reads of it
+    assert tail.lexical == whole.lexical == ()
+    ((text, _),) = tail.dense
+    assert text.endswith("what about the cat?")
+    assert "turn 0 " not in text
 
 
 def test_context_is_the_excerpt_tail() -> None:
@@ -104,3 +144,15 @@ def test_mix_scores_weights_normalises_and_keeps_the_best_k() -> None:
     assert mixed[2] == pytest.approx(0.625 / 0.75)
     assert mix_scores([(focus, 1.0)], 1) == focus  # one part of weight 1: as it is
     assert mix_scores([({}, 0.5), ({}, 0.5)], 5) == {}
+
+
+def test_query_terms_of_a_chat_are_the_whole_the_focus_and_each_telling_turn() -> None:
+    chat = "Melanie: yeah sure\nMelanie: we adopted a puppy from the shelter\nMelanie: so?"
+    terms = query_terms(shape_query(chat, focus_lexical=0.9, focus_dense=0.7, aside=0.5))
+    whole, focus, *turns = terms
+    assert {"puppi", "shelter", "melani"} <= whole
+    assert "shelter" in focus  # "so?" is too short: the focus reaches back a turn
+    assert turns == [frozenset({"adopt", "puppi", "shelter"})]  # "yeah sure": too few
+    assert query_terms(shape_query("adopted puppy", focus_lexical=0.9, focus_dense=0.7)) == (
+        frozenset({"adopt", "puppi"}),
+    )

@@ -17,12 +17,14 @@ from store.search.scoring import (
     age_days,
     attenuate,
     capped_activation,
+    coverage,
     decay,
     dense_parts,
     final_score,
     importance_factor,
     lexical_parts,
     links_of,
+    match,
     merge_activation,
     parse_periods,
     period_part,
@@ -49,13 +51,31 @@ def _day(year: int, month: int, day: int) -> datetime:
 # -- the score ---------------------------------------------------------------------------------
 
 
-def test_relevance_parts_weighted_sum() -> None:
+def test_match_parts_weighted_sum() -> None:
     parts = Parts(lexical=1.0, dense=0.6, session=0.5, period=1.0)
-    assert relevance(parts, SETTINGS) == pytest.approx(1.0 + 0.3 + 0.15 + 0.2)
+    assert match(parts, SETTINGS) == pytest.approx(1.0 + 0.3 + 0.15 + 0.2)
+
+
+def test_coverage_is_the_best_share_of_a_term_set_held() -> None:
+    focus, whole = frozenset({"porto", "10k", "time"}), frozenset({"porto", "run", "time", "x"})
+    assert coverage([focus], ["time", "porto", "other"]) == pytest.approx(2 / 3)
+    assert coverage([focus, whole], ["run", "time", "porto", "x"]) == 1.0
+    assert coverage([frozenset()], ["a"]) == 0.0
+    assert coverage([], ["a"]) == 0.0
+
+
+@given(similarity=st.floats(-1, 1), covered=st.floats(0, 1))
+def test_relevance_in_unit_interval_and_rising_with_evidence(
+    similarity: float, covered: float
+) -> None:
+    value = relevance(similarity, covered)
+    assert 0.0 <= value <= 1.0
+    assert relevance(min(1.0, similarity + 0.1), covered) >= value
+    assert relevance(similarity, min(1.0, covered + 0.1)) >= value
 
 
 def test_final_score_terms_documented_formula() -> None:
-    terms = Terms(relevance=1.5, importance=0.5, recency=0.25, activation=0.8)
+    terms = Terms(match=1.5, importance=0.5, recency=0.25, activation=0.8)
     assert final_score(terms, SETTINGS) == pytest.approx(1.5 + 0.2 * 0.5 + 0.1 * 0.25 + 0.4 * 0.8)
 
 
@@ -66,7 +86,7 @@ def test_final_score_any_age_relevance_term_undecayed(
     imp = importance_factor(importance, age, SETTINGS.half_life_days)
     rec = recency_factor(age, SETTINGS.recency_half_life_days)
     score = final_score(
-        Terms(relevance=relevance_, importance=imp, recency=rec, activation=0.0), SETTINGS
+        Terms(match=relevance_, importance=imp, recency=rec, activation=0.0), SETTINGS
     )
     assert score - SETTINGS.w_imp * imp - SETTINGS.w_rec * rec == pytest.approx(
         SETTINGS.w_sim * relevance_, abs=1e-9
@@ -76,7 +96,7 @@ def test_final_score_any_age_relevance_term_undecayed(
 def test_final_score_decades_old_relevant_memory_beats_fresh_irrelevant() -> None:
     def score(relevance_: float, age: float) -> float:
         terms = Terms(
-            relevance=relevance_,
+            match=relevance_,
             importance=importance_factor(5, age, 90),
             recency=recency_factor(age, 30),
             activation=0.0,

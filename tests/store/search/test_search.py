@@ -21,6 +21,7 @@ from store.lexical import source as lexical_source
 from store.operations import SetStatus
 from store.reads.search import SearchReads, SearchRow
 from store.requests import SearchFilters, SearchRequest, metadata_equals
+from store.search import ranking as ranking_module
 from store.search import searcher as search_module
 from store.search.scoring import Period
 from store.search.searcher import (
@@ -28,6 +29,7 @@ from store.search.searcher import (
     Evidence,
     Searcher,
     SearchResult,
+    Seen,
     rank,
 )
 from store.service import Store
@@ -364,7 +366,7 @@ def test_search_spreading_adds_timeline_neighbour_without_match(store: Store) ->
     assert neighbour.via == "spread"
     assert neighbour.breakdown.lexical == 0.0
     assert neighbour.breakdown.dense == 0.0
-    assert neighbour.breakdown.activation == pytest.approx(hits[0].breakdown.relevance)
+    assert neighbour.breakdown.activation == pytest.approx(hits[0].breakdown.match)
 
 
 @pytest.mark.parametrize("context", [0.0, 0.8])
@@ -391,12 +393,15 @@ def test_search_k_limits_hits(store: Store) -> None:
     assert _search(store, "router network", k=0).hits == ()
 
 
-def test_search_min_score_drops_lower_hits(store: Store) -> None:
+def test_search_min_score_answers_nothing_unless_a_hit_is_that_relevant(store: Store) -> None:
     everything = _search(store, "router configuration network", min_score=0.0)
-    threshold = everything.hits[2].score
-    kept = _search(store, "router configuration network", min_score=threshold)
-    assert 0 < len(kept.hits) < len(everything.hits)
-    assert all(hit.score >= threshold for hit in kept.hits)
+    best = max(hit.breakdown.relevance for hit in everything.hits)
+    assert 0.0 < best < 1.0
+    # At or below the best hit's relevance: the same hits, in the same order.
+    kept = _search(store, "router configuration network", min_score=best)
+    assert [h.memory.id for h in kept.hits] == [h.memory.id for h in everything.hits]
+    # Above it: nothing is relevant enough, so nothing is returned.
+    assert _search(store, "router configuration network", min_score=best + 1e-6).hits == ()
 
 
 def test_search_breakdown_terms_sum_to_score(store: Store) -> None:
@@ -409,10 +414,11 @@ def test_search_breakdown_terms_sum_to_score(store: Store) -> None:
             s.w_lexical * b.lexical + s.w_dense * b.dense + s.w_session * b.session
             + s.w_period * b.period
         )  # fmt: skip
-        terms = s.w_sim * b.relevance + s.w_imp * b.importance + s.w_rec * b.recency
-        assert b.relevance == pytest.approx(parts)
+        terms = s.w_sim * b.match + s.w_imp * b.importance + s.w_rec * b.recency
+        assert b.match == pytest.approx(parts)
         assert hit.score == b.score == pytest.approx(terms + s.w_act * b.activation)
-        assert set(b.as_dict()) >= {"relevance", "importance", "recency", "activation", "score"}
+        assert 0.0 < b.relevance < 1.0
+        assert set(b.as_dict()) >= {"relevance", "match", "importance", "recency", "activation"}
 
 
 def test_search_hits_best_first_and_relevant_on_top(store: Store) -> None:
@@ -610,7 +616,25 @@ def test_rank_reads_only_dense_candidates_that_may_be_anchors_and_ranks_the_same
         for m, s in sorted(nearest.items(), key=lambda h: -h[1])
     ]
     spans = (Period(start=NOW - timedelta(days=n // 2), end=NOW),) if period else ()
-    evidence = Evidence(lexical=lexical, sessions=scores, hits=hits, periods=spans)
+    # A chat's second reading (the excerpt as given), with its own evidence and weight.
+    also = tuple(
+        Seen(
+            lexical=data.draw(st.dictionaries(ids, _unit, max_size=n)),
+            sessions=data.draw(st.dictionaries(st.sampled_from(["a", "b", "c"]), _unit)),
+            hits=[
+                VectorHit(memory_id=m, similarity=s)
+                for m, s in sorted(
+                    data.draw(
+                        st.dictionaries(ids, st.floats(min_value=-1, max_value=1), max_size=n)
+                    ).items(),
+                    key=lambda h: -h[1],
+                )
+            ],
+            weight=data.draw(_unit),
+        )
+        for _ in range(data.draw(st.integers(min_value=0, max_value=2)))
+    )
+    evidence = Evidence(lexical=lexical, sessions=scores, hits=hits, periods=spans, also=also)
     w_lexical, w_dense, w_session, w_period = weights
     config = RetrievalSettings(
         anchors=anchors, w_lexical=w_lexical, w_dense=w_dense, w_session=w_session,
@@ -619,7 +643,7 @@ def test_rank_reads_only_dense_candidates_that_may_be_anchors_and_ranks_the_same
     request = SearchRequest(namespace=NS, query="q", k=10)
     pruned = rank(evidence, source, request, config, now=NOW)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(search_module, "worth_reading", lambda known, others, *a, **k: list(others))
+        patch.setattr(ranking_module, "worth_reading", lambda known, others, *a, **k: list(others))
         every = rank(evidence, source, request, config, now=NOW)
     assert [(r.memory_id, r.score, r.via) for r in pruned] == [
         (r.memory_id, r.score, r.via) for r in every
