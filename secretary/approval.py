@@ -21,6 +21,7 @@ from secretary.config import Settings
 from secretary.jobs.base import Change, Plan
 from secretary.jobs.registry import get_job
 from secretary.outcomes import RunOutcome, make_outcome, protected_targets
+from store.changes import plural
 from store.database import Database
 from store.errors import NotFound, SecretaryError
 from store.kinds import RecordStatus
@@ -143,7 +144,7 @@ def approve_plan(store: Store, settings: Settings, record_id: int, *, now: datet
         job_state=plan.job_state,
         settle=Settlement(record_id=record_id, pending=PENDING),
     )
-    message = f"plan #{record_id} applied ({len(plan.changes)} change(s))"
+    message = f"plan #{record_id} applied ({plural(len(plan.changes), 'change')})"
     return make_outcome(
         job.name, pending.namespace, "applied", message, applied.record_id, stats, plan
     )

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from secretary.cli_common import Context, _store, _sync, namespace_option, pass_context
+from store.changes import plural
 from store.clock import utc_now
 
 version_option = click.option(
@@ -306,8 +307,8 @@ def _show(
     for why, ids in by_why.items():
         click.echo(f"  log lines {_spans(ids)} ({why})")
     counts = (
-        f"{len(plan.memories)} memories, {len(plan.relations)} relations, "
-        f"{len(plan.logs)} log lines"
+        f"{plural(len(plan.memories), 'memory', 'memories')}, "
+        f"{plural(len(plan.relations), 'relation')}, {plural(len(plan.logs), 'log line')}"
     )
     if done is not None:
         click.echo(f"forgot {counts} (erasure record #{done}; it cannot be undone)")

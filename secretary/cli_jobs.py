@@ -23,6 +23,8 @@ from loguru import logger
 from secretary.cli_common import Context, _store, _sync, pass_context
 from secretary.jobs.base import Plan
 from secretary.jobs.registry import JOB_NAMES
+from secretary.progress import StatusLine
+from store.changes import plural
 from store.clock import utc_now
 from store.errors import SecretaryError
 from store.operations import (
@@ -76,12 +78,16 @@ def dream(
 
     \b
     Each job only looks at what changed since its last run. Jobs that need the LLM are
-    skipped while no model is configured ([llm] model).
+    skipped while no model is configured ([llm] model). A job that backs off after
+    failed runs runs all the same (the back-off holds the schedule's firings only), and
+    its line says it overrode the back-off.
+    Each job's outcome is printed as it finishes (on a terminal, a line on stderr says
+    which job runs meanwhile).
     While a daemon runs on the store (`secretary run`), the daemon runs them: this
-    command queues a request, waits and prints the outcomes (--no-wait: prints the
-    request's id; GET /v1/dream/ID shows it later). Without a daemon, and always with
-    --dry-run, they run in this process. Ctrl-C ends with exit code 130: jobs that
-    finished stay applied, the one cut short changes nothing.
+    command queues a request, waits and prints the outcomes as they come (--no-wait:
+    prints the request's id; GET /v1/dream/ID shows it later). Without a daemon, and
+    always with --dry-run, they run in this process. Ctrl-C ends with exit code 130:
+    jobs that finished stay applied, the one cut short changes nothing.
 
     \b
     Exit codes:
@@ -89,8 +95,7 @@ def dream(
            do, or was skipped: no model configured, or a plan of it awaits
            approval (`secretary plans list`)
       1    a job failed (a batch that failed too often is quarantined then)
-      75   none failed, but one did not run now: it backs off after failed runs
-           (`secretary status` says until when) or another process kept running
+      75   none failed, but one did not run now: another process kept running
            it, or the daemon stopped before it was done; try again later
       130  interrupted (Ctrl-C)
     """
@@ -118,8 +123,9 @@ def dream(
 # What `secretary dream` exits with (its --help and the README say the same).
 FAILED = 1
 NOT_RUN = 75  # EX_TEMPFAIL: worth trying later
-# How secretary.runner words a run it skipped for a while: backing off after failed runs, or
-# another process running the job (the outcomes a daemon stores keep only the words).
+# How secretary.runner words a run it skipped for a while: another process running the job, or
+# backing off after failed runs (a scheduled firing's words: a dream overrides the back-off, but
+# an older daemon may still answer so). The outcomes a daemon stores keep only the words.
 _NOT_NOW = ("backing off after ", "already running on ")
 
 
@@ -155,14 +161,29 @@ def _dream_here(
         jobs=job_names,
         dry_run=dry_run,
         retry_quarantined=retry_quarantined,
+        manual=True,
+        watch=_Echo(dry_run=dry_run),
     )
-    for outcome in outcomes:
-        click.echo(_outcome_line(outcome))
-        if dry_run and outcome.plan is not None:
-            _echo_plan(outcome.plan)
     if not dry_run:
         _sync(store)
     return [outcome_json(outcome) for outcome in outcomes]
+
+
+class _Echo:
+    """Print each run's line as it ends; on a terminal, say which one runs meanwhile."""
+
+    def __init__(self, *, dry_run: bool) -> None:
+        self.dry_run = dry_run
+        self.line = StatusLine()
+
+    def starting(self, job: str, namespace: str, *, done: int, total: int) -> None:
+        self.line.show(f"[{done + 1}/{total}] {namespace} {job}: running...")
+
+    def finished(self, outcome: RunOutcome) -> None:
+        self.line.clear()
+        click.echo(_outcome_line(outcome))
+        if self.dry_run and outcome.plan is not None:
+            _echo_plan(outcome.plan)
 
 
 # -- asking the daemon -------------------------------------------------------------------------
@@ -211,24 +232,31 @@ def _ask_daemon(
     click.echo(f"dream request #{request_id}: the daemon ({holder}) runs it; waiting", err=True)
     request = _wait(store, requests, request_id)
     on.describe = None
-    for outcome in request.outcomes:
-        click.echo(_stored_line(outcome))
     if request.status == "failed":
         raise DreamFailed(request_id, request.error or "no reason given")
     return [dict(outcome) for outcome in request.outcomes]
 
 
 def _wait(store: Any, requests: DreamRequests, request_id: int) -> DreamRequestView:
+    """Wait for the request to finish, printing each run's line as the daemon stores it."""
+    printed, line = 0, StatusLine()
     while True:
         request = requests.get(request_id)
         assert request is not None  # nothing deletes requests
+        for outcome in request.outcomes[printed:]:
+            line.clear()
+            click.echo(_stored_line(outcome))
+        printed = max(printed, len(request.outcomes))
         if request.finished:
+            line.clear()
             return request
         now = utc_now()
         picker = request.picked_by
         taken = request.status == "running" and picker and requests.picker_alive(picker, now=now)
         if not taken and _live_daemon(store) is None:
+            line.clear()
             raise DaemonGone(request_id)
+        line.show(f"dream request #{request_id}: {request.status}, {plural(printed, 'run')} done")
         time.sleep(WAIT_POLL_SECONDS)
 
 
@@ -398,7 +426,7 @@ def _line(
 def _pending_line(plan: PendingPlan) -> str:
     return (
         f"#{plan.record_id} {plan.job} on {plan.namespace}, planned"
-        f" {plan.planned_at.isoformat(timespec='seconds')}: {len(plan.changes)} change(s)"
+        f" {plan.planned_at.isoformat(timespec='seconds')}: {plural(len(plan.changes), 'change')}"
     )
 
 

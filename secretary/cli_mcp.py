@@ -41,8 +41,9 @@ def _address(text: str) -> tuple[str, int]:
 )
 @pass_context
 def mcp(ctx: Context, address: str | None, api_key: str | None, namespace: str | None) -> None:
-    """Serve the memory tools to an MCP client: search, add, get, list, update,
-    delete and forget memories, within the key's namespaces.
+    """Serve the memory tools to an MCP client: hand over conversation turns (and ask
+    for a dream), search, add, get, list, update, delete and forget memories, within
+    the key's namespaces.
 
     \b
     stdio (the default) is what an agent launches, e.g. in Claude Desktop's config:

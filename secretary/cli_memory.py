@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from secretary.cli_common import Context, _store, _sync, namespace_option, pass_context
+from store.changes import plural
 from store.clock import utc_now
 from store.kinds import MemoryStatus
 
@@ -145,7 +146,8 @@ def namespaces(ctx: Context, as_json: bool) -> None:
     if not views:
         click.echo("no namespaces: the store holds no memories or logs")
     for v in views:
-        click.echo(f"{v.namespace}: {v.memories} memories, {v.retired} retired, {v.logs} log lines")
+        memories, logs = plural(v.memories, "memory", "memories"), plural(v.logs, "log line")
+        click.echo(f"{v.namespace}: {memories}, {v.retired} retired, {logs}")
 
 
 @click.command()

@@ -68,9 +68,9 @@ def records_list(
 
 
 def _record_line(view: Mapping[str, Any]) -> str:
-    """One record: who, when, how it ended and how long it took; what it changed; what it spent;
-    and its error or why it did less than it might have."""
-    from store.changes import describe
+    """One record: who, when, how it ended and how long it took; what it did; what it dropped,
+    quarantined and spent; and its error or why it did less than it might have."""
+    from store.changes import plural
 
     links = ""
     if view["undoes_id"] is not None:
@@ -80,8 +80,12 @@ def _record_line(view: Mapping[str, Any]) -> str:
     took = f" {view['duration_seconds']:.1f}s" if view["duration_seconds"] is not None else ""
     line = (
         f"#{view['id']} {view['started_at']} {view['job']} "
-        f"[{view['namespace']}] {view['status']}{links}{took}: {describe(view['changes_by_kind'])}"
+        f"[{view['namespace']}] {view['status']}{links}{took}: {view['summary']}"
     )
+    if view["dropped_count"]:
+        line += f"; dropped {plural(view['dropped_count'], 'item')}"
+    if view["quarantined_count"]:
+        line += f"; quarantined {plural(view['quarantined_count'], 'item')}"
     if view["tokens_in"] or view["tokens_out"]:
         line += f"; {view['tokens_in']:,} + {view['tokens_out']:,} tokens"
         if view["cost"]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from secretary.cli_common import Context, _store, pass_context
+from store.changes import plural
 from store.clock import utc_now
 
 if TYPE_CHECKING:
@@ -108,11 +109,11 @@ def _job_line(job: JobStatus) -> str:
         said = f"{last.get('status')} {str(last.get('at', ''))[:19]}{record}{message}"
     parts = [said]
     if job.failures:
-        parts.append(f"{job.failures} failure(s) in a row")
+        parts.append(f"{plural(job.failures, 'failure')} in a row")
     if job.backing_off:
         parts.append(f"backing off until {_at(job.backoff_until)}")
     if job.failing:
-        parts.append(f"{job.failing} item(s) failing")
+        parts.append(f"{plural(job.failing, 'item')} failing")
     if job.quarantined:
         parts.append(f"{job.quarantined} quarantined")
     if job.backlog is not None:

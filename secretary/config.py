@@ -9,6 +9,7 @@ the offending key.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -25,8 +26,27 @@ from store.errors import SecretaryError
 from store.settings import Section, StoreSettings
 
 ENV_PREFIX = "SECRETARY_"
-# Read by commands, not options: the config file, and the key `secretary mcp` acts as.
-NOT_OPTIONS = frozenset({"SECRETARY_CONFIG", "SECRETARY_API_KEY"})
+# SECRETARY_* variables that are no option, so no override. Any other SECRETARY_* name must
+# be an option (SECRETARY_SECTION_KEY, SECRETARY_DATA_DIR) or is refused, naming the known ones.
+# The commands': the config file, --api-key and --namespace.
+COMMAND_VARIABLES = frozenset({"SECRETARY_CONFIG", "SECRETARY_API_KEY", "SECRETARY_NAMESPACE"})
+# The tests' and CI's (tests/conftest.py, tests/helpers/browser.py, .ci/run, ...); a test of
+# `secretary serve` also sets SECRETARY_LOG_LEVEL, which nothing reads (--log-level has no
+# variable).
+TEST_VARIABLES = frozenset(
+    {
+        "SECRETARY_LOG_LEVEL",
+        "SECRETARY_REQUIRE_POSTGRES",
+        "SECRETARY_REQUIRE_CHROMA_SERVER",
+        "SECRETARY_REQUIRE_SYSTEMD_ANALYZE",
+        "SECRETARY_REQUIRE_BROWSER",
+        "SECRETARY_TEST_POSTGRES_URL",
+        "SECRETARY_UPDATE_GOLDEN",
+        "SECRETARY_SCREENSHOTS",
+        "SECRETARY_CHROMIUM",
+    }
+)
+NOT_OPTIONS = COMMAND_VARIABLES | TEST_VARIABLES
 
 
 class ConfigError(SecretaryError):
@@ -153,7 +173,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
-    """Overlay ``SECRETARY_SECTION_KEY=value`` (and ``SECRETARY_DATA_DIR``) onto the raw config."""
+    """Overlay ``SECRETARY_SECTION_KEY=value`` (and ``SECRETARY_DATA_DIR``) onto the raw config.
+
+    Raise ConfigError naming the known sections if a ``SECRETARY_*`` name is none of them.
+    """
     sections = {name for name in Settings.model_fields if name != "data_dir"}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in NOT_OPTIONS:
@@ -163,10 +186,24 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
             raw["data_dir"] = value
             continue
         section, _, key = rest.partition("_")
-        if section in sections and key:
-            raw.setdefault(section, {})
-            if isinstance(raw[section], dict):
-                raw[section][key] = value
+        if section not in sections or not key:
+            raise ConfigError(_unknown_variable(name, sorted(sections)))
+        raw.setdefault(section, {})
+        if isinstance(raw[section], dict):
+            raw[section][key] = value
+
+
+def _unknown_variable(name: str, sections: list[str]) -> str:
+    prefixes = [f"{ENV_PREFIX}{section.upper()}_" for section in sections]
+    others = sorted({f"{ENV_PREFIX}DATA_DIR", *COMMAND_VARIABLES})
+    head, _, tail = name[len(ENV_PREFIX) :].partition("_")
+    close = difflib.get_close_matches(f"{ENV_PREFIX}{head}_", prefixes, n=1)
+    guess = f" (did you mean {close[0]}{tail}?)" if close and tail else ""
+    known = ", ".join(prefix + "*" for prefix in prefixes)
+    return (
+        f"environment variable {name} is no config option{guess}: the sections are {known}; "
+        f"besides them: {', '.join(others)}"
+    )
 
 
 def _describe(exc: ValidationError, path: Path | None) -> str:

@@ -100,20 +100,41 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> CronTrigger:
     if not day.startswith("*") and not weekdays.startswith("*"):
         raise InvalidCron(
             expression,
-            "it restricts both the day of the month and the day of the week, which cron reads "
-            "as either and APScheduler as both; restrict only one",
+            "it restricts both the day of the month and the day of the week, which cron would "
+            "read as either of them and the secretary cannot; restrict only one (use * for the "
+            "other)",
         )
+    fields_given = {"minute": minute, "hour": hour, "day": day, "month": month}
+    for name, value in fields_given.items():
+        try:
+            CronTrigger(**{name: value}, timezone=timezone)
+        except ValueError:
+            raise InvalidCron(expression, _field_problem(name, value)) from None
     try:
         return CronTrigger(
-            minute=minute,
-            hour=hour,
-            day=day,
-            month=month,
-            day_of_week=_weekday_names(weekdays, expression),
-            timezone=timezone,
+            **fields_given, day_of_week=_weekday_names(weekdays, expression), timezone=timezone
         )
-    except ValueError as exc:
-        raise InvalidCron(expression, str(exc)) from None
+    except ValueError:
+        raise InvalidCron(expression, _field_problem("day_of_week", weekdays)) from None
+
+
+# Each field's name in cron's words and the values it allows (steps, ranges and lists of them).
+_FIELDS = {
+    "minute": ("minute", "0-59"),
+    "hour": ("hour", "0-23"),
+    "day": ("day-of-month", "1-31"),
+    "month": ("month", "1-12 or jan-dec"),
+    "day_of_week": ("day-of-week", "0-7 or sun-sat (0 and 7 are Sunday)"),
+}
+
+
+def _field_problem(name: str, value: str) -> str:
+    """Why a field was refused, in cron's terms (the scheduler underneath has its own)."""
+    field, allowed = _FIELDS[name]
+    return (
+        f"the {field} field {value!r} is not valid: it allows {allowed}, as *, a value, a range"
+        " a-b, a list a,b, or a step */n or a-b/n with n at least 1"
+    )
 
 
 # A valid expression fires at least once from any moment on within this many years: every

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Protocol
 
 from loguru import logger
 
@@ -35,17 +36,20 @@ def run_cycle(
     llm: LlmClient | None = None,
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Monotonic = time.monotonic,
+    manual: bool = False,
+    watch: CycleWatch | None = None,
 ) -> list[RunOutcome]:
     """Run the jobs (default: all, in order) on the namespaces (default: those with work).
 
     Every job is incremental, so running one on a namespace with nothing new is cheap (and
     makes no LLM call). A job another process is running on the namespace is waited for, then
-    run (see `_run_in_turn`).
+    run (see `_run_in_turn`). ``manual`` runs jobs that back off after failed runs (see
+    ``run_job``); ``watch`` is told of each run as it starts and ends.
     """
     names = list(jobs) if jobs else list(JOBS)
     for name in names:
         get_job(name)  # an unknown name fails before anything runs
-    outcomes = []
+    outcomes: list[RunOutcome] = []
     started = monotonic()
 
     def run(name: str, namespace: str) -> RunOutcome:
@@ -61,10 +65,15 @@ def run_cycle(
             dry_run=dry_run,
             retry_quarantined=retry_quarantined,
             llm=llm,
+            manual=manual,
         )
 
-    for namespace in namespaces or store.db.work.namespaces_with_work():
+    targets = list(namespaces or store.db.work.namespaces_with_work())
+    total = len(targets) * len(names)
+    for namespace in targets:
         for name in names:
+            if watch is not None:
+                watch.starting(name, namespace, done=len(outcomes), total=total)
             outcome = _run_in_turn(
                 partial(run, name, namespace),
                 patience=settings.jobs.run_lock_seconds,
@@ -73,7 +82,17 @@ def run_cycle(
             )
             logger.info("{} on {}: {} {}", name, namespace, outcome.status, outcome.message)
             outcomes.append(outcome)
+            if watch is not None:
+                watch.finished(outcome)
     return outcomes
+
+
+class CycleWatch(Protocol):
+    """Told of a cycle's runs as they go (`secretary dream` prints each outcome at once)."""
+
+    def starting(self, job: str, namespace: str, *, done: int, total: int) -> None: ...
+
+    def finished(self, outcome: RunOutcome) -> None: ...
 
 
 # How often a cycle looks again whether another process's run of a job has ended.

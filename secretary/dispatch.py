@@ -11,7 +11,7 @@ stop: no new run starts, and the running one is waited for, bounded. Each run is
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Protocol
@@ -89,6 +89,9 @@ class JobCalls(Protocol):
         retry_quarantined: bool,
     ) -> RunOutcome: ...
 
+    def progress(self, request: DreamRequestView, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        """Keep what a dream request's runs said so far (``dream`` calls it after each run)."""
+
 
 class RunnerCalls:
     """``secretary.runner`` bound to a store; ``run`` returns the outcome as one line."""
@@ -115,8 +118,21 @@ class RunnerCalls:
         retry_quarantined: bool,
     ) -> RunOutcome:
         return run_job(
-            self._store, settings, job, namespace, now=now, retry_quarantined=retry_quarantined
+            self._store,
+            settings,
+            job,
+            namespace,
+            now=now,
+            retry_quarantined=retry_quarantined,
+            manual=True,  # someone asked for it now: a back-off after failed runs gives way
         )
+
+    def progress(self, request: DreamRequestView, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        """Store the outcomes of a request's runs so far, for whoever follows it."""
+        if request.picked_by is not None:
+            self._store.db.dream_requests.progress(
+                request.id, picker=request.picked_by, outcomes=outcomes
+            )
 
 
 def outcome_json(outcome: RunOutcome) -> dict[str, Any]:
@@ -192,6 +208,7 @@ class Dispatcher:
                         if not held or self.stopping:
                             return None
                         outcomes.append(outcome_json(self._run_now(job, namespace, request)))
+                    self._progress(request, outcomes)
             return outcomes
         finally:
             with self._changed:
@@ -260,6 +277,12 @@ class Dispatcher:
             "{} on {!r} (dream request #{}): {}", job, namespace, request.id, outcome.status
         )
         return outcome
+
+    def _progress(self, request: DreamRequestView, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        try:
+            self._calls.progress(request, outcomes)
+        except DatabaseError as exc:  # only followers miss it: the outcomes are stored at the end
+            logger.warning("dream request #{}: cannot store its progress: {}", request.id, exc)
 
     def _track(self, job: str, namespace: str, *, running: bool) -> None:
         with self._changed:

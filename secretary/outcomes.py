@@ -15,6 +15,7 @@ from secretary.jobs.base import Plan
 from secretary.jobs.context import LlmCalls
 from secretary.jobs.guardrails import ProtectionFacts, protected_ids
 from secretary.jobs.settings import GuardrailSettings
+from store.changes import plural
 from store.database import Database
 from store.kinds import RecordStatus
 from store.operations import changed_ids
@@ -161,3 +162,42 @@ def _together(old: Any, new: Any) -> Any:
 def state_moved(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> bool:
     # Watermarks start at 0, so a missing key and 0 mean the same.
     return new is not None and any(value != old.get(key, 0) for key, value in new.items())
+
+
+def dropped_count(stats: Mapping[str, Any]) -> int:
+    """How many items a run left out (invalid reply items, changes to protected memories), or
+    else how many ids its replies named that were not sent."""
+    return len(stats.get("dropped") or ()) or len(stats.get("dropped_ids") or ())
+
+
+def spent_words(stats: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+    """What a run's message adds of what it left out and spent, whatever it applied:
+    "; dropped 10 items; 1 LLM call, 827 tokens" ("" if it dropped nothing and asked nothing).
+    ``info`` is ``LlmCalls.record_info()``."""
+    words = []
+    if items := len(stats.get("dropped") or ()):
+        words.append(f"dropped {plural(items, 'item')}")
+    if ids := len(stats.get("dropped_ids") or ()):
+        words.append(f"ignored {plural(ids, 'id')} the model was not sent")
+    if calls := int(stats.get("llm_calls") or 0):
+        tokens = int(info.get("tokens_in") or 0) + int(info.get("tokens_out") or 0)
+        words.append(f"{plural(calls, 'LLM call')}, {plural(tokens, 'token')}")
+    return "".join(f"; {word}" for word in words)
+
+
+def nothing_words(stats: Mapping[str, Any]) -> str:
+    """A run that changed nothing, in words: it dropped what it got, or the model found
+    nothing to change, or there was nothing to do."""
+    if dropped_count(stats):
+        return "applied nothing"
+    return "nothing to change" if stats.get("llm_calls") else "nothing to do"
+
+
+def part_words(outcome: RunOutcome, *, with_record: bool) -> str:
+    """One part's words in a run's message: "deterministic: 20 changes applied (record #3)"."""
+    words = outcome.message
+    if outcome.plan is not None and outcome.plan.part:
+        words = f"{outcome.plan.part}: {words}"
+    if with_record and outcome.record_id is not None:
+        words += f" (record #{outcome.record_id})"
+    return words

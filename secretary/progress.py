@@ -1,4 +1,5 @@
-"""Progress for long commands: a bar on a terminal, a log line every few seconds otherwise."""
+"""Progress for long commands: a bar on a terminal, a log line every few seconds otherwise;
+and a status line that a terminal shows while a step runs (nothing elsewhere)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,22 @@ class Progress:
 def progress(label: str, total: int | None = None) -> Iterator[Progress]:
     with Progress(label, total) as bar:
         yield bar
+
+
+class StatusLine:
+    """One line on stderr, rewritten in place, saying what runs now; only on a terminal (a pipe
+    or a log gets the results alone). ``clear`` before printing a result line."""
+
+    def __init__(self) -> None:
+        self.shown = False
+        self._tty = sys.stderr.isatty()
+
+    def show(self, text: str) -> None:
+        if self._tty:
+            click.echo(f"\r\x1b[K{text}", err=True, nl=False)
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            click.echo("\r\x1b[K", err=True, nl=False)
+            self.shown = False

@@ -45,11 +45,15 @@ from secretary.outcomes import (
     current_refusal,
     make_outcome,
     merged_stats,
+    nothing_words,
+    part_words,
     protected_targets,
     run_stats,
+    spent_words,
     state_moved,
     with_records,
 )
+from store.changes import plural
 from store.coordination.leases import Lease, LeaseHeld, current_lease, holder_id
 from store.kinds import Outcome
 from store.service import Store
@@ -70,10 +74,13 @@ def run_job(
     llm: LlmClient | None = None,
     ledger: TokenLedger | None = None,
     monotonic: Monotonic = time.monotonic,
+    manual: bool = False,
 ) -> RunOutcome:
     """Run one job on one namespace (see the module docstring).
 
     ``dry_run`` plans and checks but writes nothing, not even a record (nor takes the lease).
+    ``manual`` (a run someone asked for: `secretary dream`, POST /v1/dream) runs while the job
+    backs off after failed runs, and its message says it overrode the back-off.
     ``retry_quarantined`` sends the quarantined items again instead of what is new. Raise
     UnknownJob for an unknown name; any other error is recorded as a failed run and reported in
     the outcome (errors that are not an ``Exception``, such as KeyboardInterrupt, are re-raised).
@@ -92,6 +99,7 @@ def run_job(
             renew=renew,
             monotonic=monotonic,
             started=monotonic(),
+            manual=manual,
         )
         return run.go(retry_quarantined=retry_quarantined, llm=llm, ledger=ledger)
 
@@ -144,8 +152,10 @@ class _Run:
     renew: Callable[[], bool]
     monotonic: Monotonic
     started: float
+    manual: bool = False
     health: dict[str, Any] = field(default_factory=dict)
     records: list[int] = field(default_factory=list)
+    overrode: str | None = None  # a manual run's words for the back-off it overrode
 
     def go(
         self, *, retry_quarantined: bool, llm: LlmClient | None, ledger: TokenLedger | None
@@ -157,9 +167,11 @@ class _Run:
             return self._end("skipped", f"plan #{pending} awaits approval")
         waiting = healths.backoff_until(self.health)
         if waiting is not None and waiting > self.now and not self.dry_run:
-            failures = self.health.get("failures", 0)
-            message = f"backing off after {failures} failed run(s) until {waiting.isoformat()}"
-            return make_outcome(name, namespace, "skipped", message)
+            failures = plural(self.health.get("failures", 0), "failed run")
+            said = f"after {failures} until {waiting.isoformat()}"
+            if not self.manual:  # the words dream_exit_code reads (exit code 75)
+                return make_outcome(name, namespace, "skipped", f"backing off {said}")
+            self.overrode = f"ran now, overriding the back-off {said}"
         refused = current_refusal(db, name, namespace, self.settings.guardrails)
         if refused is not None:
             return make_outcome(name, namespace, "skipped", refused)
@@ -262,7 +274,9 @@ class _Run:
             if (stale := self._overtaken(ctx, record_id)) is not None:
                 message = f"{stale}: refused, record #{record_id} keeps no plan to approve"
                 return make_outcome(name, namespace, "refused", message, record_id, stats, kept)
-            message = f"{len(kept.changes)} change(s) await `secretary plans approve {record_id}`"
+            waits = "awaits" if len(kept.changes) == 1 else "await"
+            message = f"{plural(len(kept.changes), 'change')} {waits} approval:"
+            message += f" `secretary plans approve {record_id}`"
             return make_outcome(name, namespace, "planned", message, record_id, stats, kept)
         info = RecordInfo(stats=stats, finished_at=self._end_time(), **ctx.llm.record_info())
         applied = db.writer.apply(
@@ -271,9 +285,11 @@ class _Run:
         if applied.record_id is not None:
             self.records.append(applied.record_id)
         if applied.operations:
-            message = f"{len(kept.changes)} change(s) applied ({applied.operations} operations)"
+            changes = plural(len(kept.changes), "change")
+            message = f"{changes} applied ({plural(applied.operations, 'operation')})"
         else:
-            message = "nothing changed (every change was in place already)"
+            message = "applied nothing (every change was in place already)"
+        message += spent_words(stats, ctx.llm.record_info())
         if plan.skipped:
             message += f"; {plan.skipped}: its LLM part was skipped"
         if plan.stopped:
@@ -326,7 +342,8 @@ class _Run:
         elif plan.skipped:
             message = plan.skipped
         else:
-            message = f"stopped early: {plan.stopped}" if plan.stopped else "nothing to do"
+            stop = f"; stopped early: {plan.stopped}" if plan.stopped else ""
+            message = nothing_words(stats) + stop + spent_words(stats, ctx.llm.record_info())
         return make_outcome(self.job.name, ctx.namespace, status, message, record_id, stats, plan)
 
     def _combine(self, ctx: JobContext, outcomes: Sequence[RunOutcome]) -> RunOutcome:
@@ -337,7 +354,9 @@ class _Run:
         if status in ("nothing", "skipped") and applied:
             status = "applied"
         several = sum(o.record_id is not None for o in outcomes) > 1
-        message = "; ".join(_part_words(o, with_record=several) for o in outcomes)
+        message = "; ".join(part_words(o, with_record=several) for o in outcomes)
+        if self.overrode:
+            message = f"{self.overrode}: {message}"
         retried = last.plan.answered if ctx.retry_quarantined and last.plan is not None else ()
         stats = merged_stats([o.stats for o in outcomes])
         # The record to name first: the last that changed something, else the last written.
@@ -380,7 +399,7 @@ class _Run:
             self.records.append(applied.record_id)
         spent = ctx.llm.record_info()
         message = (
-            f"{outcome.message}; {ctx.llm.calls} LLM call(s), {spent['tokens_in']} +"
+            f"{outcome.message}; {plural(ctx.llm.calls, 'LLM call')}, {spent['tokens_in']} +"
             f" {spent['tokens_out']} tokens (record #{applied.record_id})"
         )
         return replace(outcome, message=message, record_id=applied.record_id)
@@ -390,6 +409,8 @@ class _Run:
     def _failed(self, ctx: JobContext, exc: BaseException) -> RunOutcome:
         cause: BaseException = exc.cause if isinstance(exc, BatchFailed) else exc
         message = f"{type(cause).__name__}: {cause}"
+        if self.overrode:
+            message = f"{self.overrode}: {message}"
         if self.dry_run:
             return make_outcome(
                 self.job.name, self.namespace, "failed", message, None, {"llm_calls": 0}
@@ -410,7 +431,8 @@ class _Run:
             stats["failed_batch"] = list(batch)
         if quarantined:
             stats["quarantined"] = quarantined
-            message += f"; quarantined {len(quarantined)} item(s) after {ctx.jobs.quarantine_after}"
+            message += f"; quarantined {plural(len(quarantined), 'item')} after"
+            message += f" {ctx.jobs.quarantine_after}"
             message += " failures in a row: `secretary dream --retry-quarantined` sends them again"
         info = RecordInfo(
             outcome=Outcome.FAILED,
@@ -471,13 +493,3 @@ class _Run:
     def _renew(self) -> None:
         if not self.renew():
             raise LeaseHeld("another run of this job (this run's lease expired)", self.now)
-
-
-def _part_words(outcome: RunOutcome, *, with_record: bool) -> str:
-    """One part's words in a run's message: "deterministic: 20 change(s) applied (record #3)"."""
-    words = outcome.message
-    if outcome.plan is not None and outcome.plan.part:
-        words = f"{outcome.plan.part}: {words}"
-    if with_record and outcome.record_id is not None:
-        words += f" (record #{outcome.record_id})"
-    return words

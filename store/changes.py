@@ -80,8 +80,30 @@ def ordered(counts: Mapping[str, int]) -> dict[str, int]:
 
 def describe(counts: Mapping[str, int]) -> str:
     """Return "2 created, 1 merged, 3 relations created", or "no changes"."""
-    parts = [f"{n} {kind.replace('_', ' ')}" for kind, n in ordered(counts).items()]
+    parts = [counted(kind, n) for kind, n in ordered(counts).items()]
     return ", ".join(parts) if parts else "no changes"
+
+
+def label(kind: str) -> str:
+    """Return a kind (or any snake_case name) in words: "relations_created" -> "relations
+    created"."""
+    return kind.replace("_", " ")
+
+
+_NOUNS = {"relations": ("relation", "relations"), "logs": ("log line", "log lines")}
+
+
+def counted(kind: str, count: int) -> str:
+    """Return a count of a kind in words: "1 relation created", "2 merged"."""
+    noun, _, verb = kind.partition("_")
+    if noun in _NOUNS and verb:
+        return f"{plural(count, *_NOUNS[noun])} {verb}"
+    return f"{count} {label(kind)}"
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """Return "1 memory", "2 memories": the count with the word it takes (default: one + "s")."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def count_kinds(kinds: Iterable[str]) -> dict[str, int]:

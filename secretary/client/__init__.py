@@ -6,6 +6,7 @@
         client.add_memory("Maya adopted a cat named Pepper", tags=["pets"])
         for hit in client.search("what pets does Maya have?").hits:
             print(hit.score, hit.breakdown.relevance, hit.content)
+        print(client.recall("what pets does Maya have?").lines())  # for an agent's prompt
 
 It talks HTTP only (no store code: an import-linter contract holds it to that). Every refusal
 raises a ``SecretaryError`` subclass carrying the API's status, message and problem list.
@@ -52,6 +53,8 @@ from secretary.client.models import (
     Memory,
     Namespace,
     Page,
+    Recall,
+    Recalled,
     Record,
     RecordDetail,
     RecordDiff,
@@ -93,6 +96,8 @@ __all__ = [
     "NotFound",
     "Page",
     "Problem",
+    "Recall",
+    "Recalled",
     "Record",
     "RecordDetail",
     "RecordDiff",

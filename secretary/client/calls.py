@@ -25,6 +25,7 @@ from secretary.client.models import (
     Memory,
     Namespace,
     Page,
+    Recall,
     Record,
     RecordDetail,
     RecordDiff,
@@ -35,6 +36,7 @@ from secretary.client.models import (
     UndoResult,
     UnexpectedAnswer,
     parse,
+    recalled,
 )
 
 T = TypeVar("T")
@@ -49,6 +51,12 @@ class Filters(TypedDict, total=False):
     tags: Sequence[str]  # all of these tags
     since: Moment  # event time at or after
     until: Moment  # event time before
+
+
+# The min_score an agent's recall asks for unless told otherwise: a search whose best hit is
+# less relevant answers nothing. store.settings.AGENT_MIN_SCORE, chosen by bench/relevance.py
+# (docs/retrieval.md#relevance); a test keeps the two equal (the client imports no store code).
+AGENT_MIN_SCORE = 0.4
 
 
 class SearchOptions(Filters, total=False):
@@ -335,6 +343,19 @@ class Calls:
             params=self._scope(options.get("namespace"), params),
             read=_one(SearchResult),
         )
+
+    def recall(
+        self, query: str, *, detail: bool = False, **options: Unpack[SearchOptions]
+    ) -> Call[Recall]:
+        """The search, read as an agent's ``Recall`` (the breakdown only with ``detail``); with
+        no ``min_score``, the agents' ``AGENT_MIN_SCORE``: nothing when nothing is relevant."""
+        options.setdefault("min_score", AGENT_MIN_SCORE)
+        search = self.search(query, **options)
+
+        def read(status: int, content: bytes) -> Recall:
+            return recalled(search.read(status, content), detail=detail)
+
+        return Call(method=search.method, path=search.path, params=search.params, read=read)
 
     def get(self, memory_id: int, *, namespace: str | None = None) -> Call[Memory]:
         return Call(

@@ -21,9 +21,11 @@ from secretary.client.errors import SecretaryError
 
 @dataclass(frozen=True, kw_only=True)
 class Breakdown:
-    """Every term of a hit's score, plus the parts of its relevance (all unweighted)."""
+    """Every term of a hit's score, the parts of its match (all unweighted), and its
+    relevance: 0-1, comparable across queries and stores (see docs/retrieval.md#relevance)."""
 
     relevance: float
+    match: float = 0.0  # the weighted parts, ranking within one query (older servers: 0)
     lexical: float
     dense: float
     session: float
@@ -57,6 +59,53 @@ class Hit:
 class SearchResult:
     hits: tuple[Hit, ...]
     degraded: tuple[str, ...]  # why the search answered with less than both indexes, if it did
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recalled:
+    """A hit as an agent needs it: its id, text, type, event time and one score (the hit's
+    relevance, rounded to 2 decimals); the full breakdown only when asked for (``detail``)."""
+
+    id: int
+    text: str
+    type: str
+    time: datetime
+    score: float
+    breakdown: Breakdown | None = None
+
+    @property
+    def line(self) -> str:
+        """The hit in one line for a model's context: ``#12 event 2026-03-02 0.87 the text``."""
+        return f"#{self.id} {self.type} {self.time.date().isoformat()} {self.score:.2f} {self.text}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recall:
+    """A search's hits, best first, in the few characters an agent's context can spare."""
+
+    hits: tuple[Recalled, ...]
+    degraded: tuple[str, ...]  # why the search answered with less than both indexes, if it did
+
+    def lines(self) -> str:
+        """Every hit's ``line``, one a line (what to paste into a prompt)."""
+        return "\n".join(hit.line for hit in self.hits)
+
+
+def recalled(result: SearchResult, *, detail: bool = False) -> Recall:
+    """Given a search's answer, return its hits as an agent's ``Recall`` (with each hit's
+    breakdown only if ``detail``)."""
+    hits = tuple(
+        Recalled(
+            id=hit.id,
+            text=hit.content,
+            type=hit.type,
+            time=hit.event_time,
+            score=round(hit.breakdown.relevance, 2),
+            breakdown=hit.breakdown if detail else None,
+        )
+        for hit in result.hits
+    )
+    return Recall(hits=hits, degraded=result.degraded)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +251,11 @@ class Record(RecordRef):
     cost: float | None
     error: str | None
     reason: str | None  # why the run was refused, stopped early or its LLM part skipped
+    # What the run did in words ("applied nothing; dropped 10 items; 800 + 27 tokens"), and
+    # how many items it dropped or quarantined (older servers: empty and 0).
+    summary: str = ""
+    dropped_count: int = 0
+    quarantined_count: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

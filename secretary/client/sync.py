@@ -35,6 +35,7 @@ from secretary.client.models import (
     Memory,
     Namespace,
     Page,
+    Recall,
     Record,
     RecordDetail,
     RecordDiff,
@@ -187,6 +188,16 @@ class SecretaryClient:
     def search(self, query: str, **options: Unpack[SearchOptions]) -> SearchResult:
         """Search a namespace's memories; each hit has its score and the score's breakdown."""
         return self.send(self.calls.search(query, **options))
+
+    def recall(
+        self, query: str, *, detail: bool = False, **options: Unpack[SearchOptions]
+    ) -> Recall:
+        """Search as an agent reads it: each hit's id, text, type, event time and one score
+        (its relevance, rounded to 2 decimals); ``detail`` adds each hit's breakdown.
+        Unless ``min_score`` says otherwise, a search whose best hit is less relevant than
+        ``AGENT_MIN_SCORE`` (0.4) finds nothing: "nothing relevant" comes back empty.
+        ``Recall.lines()`` is the answer in one line a hit, for a prompt."""
+        return self.send(self.calls.recall(query, detail=detail, **options))
 
     def get(self, memory_id: int, *, namespace: str | None = None) -> Memory:
         return self.send(self.calls.get(memory_id, namespace=namespace))

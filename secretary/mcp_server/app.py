@@ -4,7 +4,8 @@ the store.
 The tools call the store through the read API itself, in-process (the Python client over an
 ASGI transport, no socket): the same validation, errors, namespaces and 404s as over HTTP,
 with one command to start. The app's background workers (indexing new memories, writing
-recalls, the warm-up) run while the server does.
+recalls, the warm-up) run while the server does, and, as under `secretary serve`, the dream
+requests a tool asks for run here while no daemon runs on the store.
 
 Who calls: over stdio, the one API key the server was started with (none on an open store);
 over HTTP, each request's own ``Authorization: Bearer KEY`` or ``X-API-Key`` (checked before
@@ -26,10 +27,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from secretary import __version__
 from secretary.client.aio import AsyncSecretaryClient
+from secretary.config import Settings
+from secretary.dispatch import in_process_dreamer
 from secretary.mcp_server.tools import add_tools
 from store.api.app import create_app
 from store.api.auth import Principal, authenticate, presented_key
 from store.api.errors import ApiError, error_response
+from store.coordination.dream_worker import Dreamer
 from store.service import Store
 from store.settings import ApiKey
 
@@ -39,16 +43,24 @@ MCP_PATH = "/mcp"
 
 INSTRUCTIONS = """\
 Long-term memory. Before answering from memory, search_memories. Store what is worth keeping \
-with add_memory (one statement each). Correct a memory with update_memory and remove one with \
-delete_memory (both undoable by an operator). forget_memories erases for good: call it without \
-confirm first, and confirm only what the user asked to forget. Memories of namespaces your key \
-may not use do not exist for you."""
+with add_memory (one statement each), or hand over whole conversations with add_conversation \
+(the memory extracts what is worth keeping). Correct a memory with update_memory and remove \
+one with delete_memory (both undoable by an operator). forget_memories erases for good: call \
+it without confirm first, and confirm only what the user asked to forget. Memories of \
+namespaces your key may not use do not exist for you."""
 
 
 def caller(keys: Sequence[ApiKey], api_key: str | None) -> Principal:
     """Given the configured keys and the key a stdio server was started with, return who it
     acts as. Raise ApiError 401 if the store has keys and this is none of them."""
     return authenticate(keys, api_key)
+
+
+def dreamer_of(store: Store) -> Dreamer | None:
+    """What runs the dream requests the tools ask for in this process (as `secretary serve`
+    does), given the secretary's settings; None for a store opened with the store's alone."""
+    settings = store.settings
+    return in_process_dreamer(store, settings) if isinstance(settings, Settings) else None
 
 
 def in_process_client(api: FastAPI) -> httpx.AsyncClient:
@@ -80,7 +92,7 @@ def memory_server(
 
 async def run_stdio(store: Store, *, api_key: str | None, namespace: str | None) -> None:
     """Serve the tools over this process's stdin and stdout until the client hangs up."""
-    api = create_app(store)
+    api = create_app(store, dreamer=dreamer_of(store))
     http = in_process_client(api)
     server = memory_server(http, api_key=api_key, namespace=namespace)
     async with api.router.lifespan_context(api), http:
@@ -109,7 +121,7 @@ def http_app(store: Store, *, host: str = "127.0.0.1", namespace: str | None = N
     """The tools over streamable HTTP at ``/mcp``, as an ASGI app whose lifespan runs the API's
     workers and the MCP sessions. ``host`` is where it binds: on a loopback address, requests
     naming another host are refused (DNS rebinding)."""
-    api = create_app(store)
+    api = create_app(store, dreamer=dreamer_of(store))
     http = in_process_client(api)
     server = memory_server(http, namespace=namespace, per_request=True)
     mcp_app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)

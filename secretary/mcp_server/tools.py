@@ -1,20 +1,25 @@
-"""The MCP tools: search, add, get, list, update, delete and forget memories (and conversation
-log lines), and list the caller's namespaces. Each tool is one call of the Python client; what
-the API refuses comes back as a tool error with the API's message and problems, never as a
-crash.
+"""The MCP tools: search, add, get, list, update, delete and forget memories, hand over a
+conversation's turns (and ask for a dream), and list the caller's namespaces. Each tool is a
+call of the Python client; what the API refuses comes back as a tool error with the API's
+message and problems, never as a crash.
+
+Every description says first when the host's model should call the tool. Every answer is
+compact JSON (no indentation: it lands in the model's context); a search answers one line a
+hit (``#id type date score text``) unless asked for ``detail``.
 
 ``add_tools(server, connect)`` registers them; ``connect(ctx)`` returns the client for the
 caller of this request (the front end decides whose key that is).
 """
 
+import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from secretary.client.aio import AsyncSecretaryClient
@@ -34,8 +39,8 @@ from secretary.client.models import (
     Memory,
     Namespace,
     Page,
-    SearchResult,
 )
+from secretary.mcp_server.shapes import Found, HandedOver, Turn, compact
 
 Connect = Callable[[Context], AsyncSecretaryClient]
 ToolFn = TypeVar("ToolFn", bound=Callable[..., Any])
@@ -48,7 +53,8 @@ NamespaceArg = Annotated[
     str | None,
     Field(
         description="The namespace (one agent's or user's memories). Leave it out unless your "
-        "key has several namespaces; list_namespaces shows them."
+        "key has several namespaces (list_namespaces shows them); a tool given a memory's id "
+        "finds its namespace itself."
     ),
 ]
 MemoryId = Annotated[int, Field(ge=1, description="The memory's id.")]
@@ -109,10 +115,16 @@ def _choose(
 
 
 def _tool(server: MCPServer, hints: ToolAnnotations) -> Callable[[ToolFn], ToolFn]:
-    """Register a tool described by its docstring, without the source's indentation."""
+    """Register a tool described by its docstring (without the source's indentation) whose
+    answer goes out as compact JSON; its schema is still that of what ``fn`` returns."""
 
     def register(fn: ToolFn) -> ToolFn:
-        server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=hints)
+        @functools.wraps(fn)
+        async def answered(*args: Any, **kwargs: Any) -> CallToolResult:
+            return compact(await cast(Callable[..., Awaitable[Any]], fn)(*args, **kwargs))
+
+        description = inspect.cleandoc(fn.__doc__ or "")
+        server.add_tool(answered, description=description, annotations=hints)
         return fn
 
     return register
@@ -130,13 +142,31 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         tags: Tags = None,
         since: Since = None,
         until: Until = None,
-        min_score: Annotated[float | None, Field(description="Drop hits scoring less.")] = None,
+        min_score: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                le=1,
+                description="Answer nothing unless a hit is at least this relevant (0-1). "
+                "Default 0.4: a question about something never stored comes back empty; "
+                "0 always returns k hits.",
+            ),
+        ] = None,
+        detail: Annotated[
+            bool,
+            Field(
+                description="false (the default): one line a hit. true: each hit as an object "
+                "with its score's breakdown (relevance, importance, recency, activation)."
+            ),
+        ] = False,
         namespace: NamespaceArg = None,
-    ) -> SearchResult:
-        """Search long-term memory, best first. Each hit has its score and the score's
-        breakdown: relevance (lexical and dense similarity, same session or period),
-        importance, recency and activation (spread from related memories); `via` says whether
-        the indexes found it ("anchor") or association added it ("spread")."""
+    ) -> Found:
+        """Call it before you answer anything that may depend on what you were told earlier
+        (the user's life, preferences, plans, past conversations), and whenever the user asks
+        what you remember. Searches long-term memory, best first: each hit is one line
+        `#id type date score text` (the score is its relevance, 0-1, meaning the same in any
+        search); no hits means nothing stored is relevant. detail=true gives each hit's full
+        score breakdown instead."""
         options: SearchOptions = {"k": k}
         _choose(options, types, tags, since, until)
         if min_score is not None:
@@ -144,7 +174,12 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         if namespace:
             options["namespace"] = namespace
         with refusals():
-            return await connect(ctx).search(query, **options)
+            recall = await connect(ctx).recall(query, detail=detail, **options)
+        hits = list(recall.hits) if detail else [hit.line for hit in recall.hits]
+        found: Found = {"hits": hits}
+        if recall.degraded:
+            found["degraded"] = list(recall.degraded)
+        return found
 
     @_tool(server, WRITES)
     async def add_memory(
@@ -178,8 +213,11 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         pinned: Annotated[bool, Field(description="Protect it from maintenance.")] = False,
         namespace: NamespaceArg = None,
     ) -> Memory:
-        """Store one memory and return it as stored (with its id and version). Adding the same
-        memory again stores nothing new."""
+        """Call it when the user tells you something worth remembering about themselves or
+        their world (a fact, a preference, an event, a plan), or asks you to remember
+        something: one statement per call. Returns the memory as stored (with its id and
+        version); adding the same memory again stores nothing new. For a whole conversation,
+        use add_conversation instead."""
         given = {
             "type": type,
             "tags": tags,
@@ -195,12 +233,52 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
             added = await client.add_memories([item], namespace=namespace)
             return await client.get(added.ids[0], namespace=namespace)
 
+    @_tool(server, WRITES)
+    async def add_conversation(
+        ctx: Context,
+        session_id: Annotated[
+            str,
+            Field(
+                min_length=1,
+                description="This conversation's id, the same on every call for it (e.g. the "
+                "chat's id).",
+            ),
+        ],
+        turns: Annotated[
+            list[Turn],
+            Field(min_length=1, description="The turns, oldest first, as they were said."),
+        ],
+        dream: Annotated[
+            bool,
+            Field(
+                description="Also ask for a dream of the namespace now: the maintenance jobs, "
+                "the extractor first, turn the new turns into memories within a minute or so "
+                "instead of at the next scheduled run."
+            ),
+        ] = False,
+        namespace: NamespaceArg = None,
+    ) -> HandedOver:
+        """Call it at the end of a conversation, or every few turns of a long one, with the
+        turns so far (or since your last call): the memory's own extractor later picks out
+        what is worth remembering, so you need not call add_memory for each thing said.
+        Sending a turn again stores nothing new. Returns the turns' log line ids, the new ones,
+        and the dream request's id when dream=true."""
+        lines = [{"session_id": session_id, **turn.model_dump(exclude_none=True)} for turn in turns]
+        with refusals():
+            client = connect(ctx)
+            added = await client.add_logs(lines, namespace=namespace)
+            handed: HandedOver = {"ids": list(added.ids), "created": list(added.created)}
+            if dream:
+                handed["dream_request"] = (await client.dream(namespace=namespace)).id
+        return handed
+
     @_tool(server, READS)
     async def get_memory(
         ctx: Context, memory_id: MemoryId, namespace: NamespaceArg = None
     ) -> Memory:
-        """One memory by id, any status (a superseded or merged one names what replaced it in
-        replaced_by), with its version for update_memory and delete_memory."""
+        """Call it when you need the whole of one memory a search or list named (its tags,
+        metadata, status), or its version before update_memory or delete_memory. Any status:
+        a superseded or merged one names what replaced it in replaced_by."""
         with refusals():
             return await connect(ctx).get(memory_id, namespace=namespace)
 
@@ -221,7 +299,9 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         ] = None,
         namespace: NamespaceArg = None,
     ) -> Page:
-        """A page of memories by id, oldest first; next_cursor is null on the last page."""
+        """Call it when the user wants to see or review everything remembered (or all of a
+        type or tag), not to answer a question (search_memories does that). A page of
+        memories by id, oldest first; next_cursor is null on the last page."""
         options: ListOptions = {"limit": limit}
         _choose(options, types, tags, since, until)
         if statuses:
@@ -247,8 +327,9 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         pinned: Annotated[bool | None, Field(description="Pin or unpin it.")] = None,
         namespace: NamespaceArg = None,
     ) -> Edited:
-        """Correct a memory: change the fields given, leave the rest. Recorded and undoable;
-        returns the memory with its new version."""
+        """Call it when the user corrects something you remembered, or a memory turns out
+        wrong or outdated. Changes the fields given and leaves the rest; recorded and
+        undoable by an operator; returns the memory with its new version."""
         given = {
             "content": content,
             "type": type,
@@ -268,8 +349,10 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
     async def delete_memory(
         ctx: Context, memory_id: MemoryId, version: Version = None, namespace: NamespaceArg = None
     ) -> Deleted:
-        """Delete a memory: it leaves search and lists at once; an operator can undo it until
-        retention purges it. To erase its content for good, use forget_memories."""
+        """Call it when a memory is wrong or no longer wanted and the user did not ask to erase
+        it for good. It leaves search and lists at once; an operator can undo it until
+        retention purges it (after the undo window). To erase content for good, use
+        forget_memories."""
         with refusals():
             return await connect(ctx).delete(memory_id, version=version, namespace=namespace)
 
@@ -320,11 +403,12 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         ] = False,
         namespace: NamespaceArg = None,
     ) -> ForgetResult:
-        """Erase memories everywhere, for good: text, history, index (an erasure request, "forget
-        that"). Conversation log lines go by sessions, log_since/log_until, keys and match (the
-        lines meeting all of those given), with the memories extracted from them. Cannot be
-        undone. Call it first without confirm to see what would go, and only with confirm=true
-        once that is what the user asked for."""
+        """Call it only when the user asks you to forget something for good ("forget that",
+        "delete everything about X"). Erases memories everywhere: text, history, index.
+        Conversation log lines go by sessions, log_since/log_until, keys and match (the lines
+        meeting all of those given), with the memories extracted from them. Cannot be undone.
+        Call it first without confirm to see what would go, and only with confirm=true once
+        that is what the user asked for."""
         chosen: ForgetFilter = {}
         _choose(chosen, types, tags, since, until)
         lines: LogFilter = {}
@@ -352,7 +436,8 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
 
     @_tool(server, READS)
     async def list_namespaces(ctx: Context) -> list[Namespace]:
-        """The namespaces your key may use, with their active and retired memories and log
-        lines."""
+        """Call it when a tool says a namespace is required (your key has several), or to see
+        how much is remembered. The namespaces your key may use, with their active and retired
+        memories and log lines."""
         with refusals():
             return list(await connect(ctx).namespaces())

@@ -49,7 +49,8 @@ NamespaceParam = Annotated[
     Query(
         min_length=1,
         max_length=128,
-        description="Defaults to the key's only namespace, or 'default' when no keys are set.",
+        description="Defaults to the key's only namespace, or 'default' when no keys are set; "
+        "on a route naming a memory by id, to the memory's own if the key may use it.",
     ),
 ]
 MemoryId = Annotated[int, Path(ge=1, le=MAX_ID)]

@@ -69,9 +69,13 @@ class RecordOut(BaseModel):
     undone_by_id: int | None = None
     duration_seconds: float | None = None
     changes_by_kind: dict[str, int] = Field(default_factory=dict)
+    # What it did in words: "2 created, 1 merged", "erased 1 memory (#59)", "applied nothing".
+    summary: str | None = None
     tokens_in: int = 0
     tokens_out: int = 0
     cost: float | None = None
+    dropped_count: int = 0  # items its run left out (`GET /v1/records/{id}` says which, and why)
+    quarantined_count: int = 0
     error: str | None = None
     # Why the run was refused, stopped early, or its LLM part skipped.
     reason: str | None = None

@@ -2,8 +2,9 @@
 
 POST queues a request (``store.coordination.dream_requests``) and answers 202 at once: the
 running daemon picks it up within ``schedule.poll_seconds``; under `secretary serve` the app's own
-``DreamWorker`` does, while no daemon runs. The store cannot import the jobs, so the job names a
-request may use come from the ``Dreamer`` that ``create_app`` is given.
+``DreamWorker`` does, while no daemon runs. A requested run goes ahead where a job backs off after
+failed runs (its outcome says it overrode the back-off). The store cannot import the jobs, so the
+job names a request may use come from the ``Dreamer`` that ``create_app`` is given.
 
 A key may ask only for its namespaces: another one is refused as if it did not exist (404), and
 no namespace means each of the key's namespaces (one request each), or every namespace with work
@@ -12,7 +13,6 @@ when the API has no keys.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, Path
@@ -25,6 +25,7 @@ from store.api.responses import ERRORS
 from store.coordination.dream_requests import DreamRequestView
 from store.coordination.dream_worker import Dreamer
 from store.coordination.leases import current_lease
+from store.shapes.dreams import request_json
 
 RequestId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
@@ -70,38 +71,6 @@ class DreamRequestOut(BaseModel):
     finished_at: str | None
     outcomes: list[DreamOutcomeOut]
     error: str | None
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment is not None else None
-
-
-def request_json(request: DreamRequestView) -> dict[str, Any]:
-    """A dream request as the API shows it."""
-    return {
-        "id": request.id,
-        "namespace": request.namespace,
-        "jobs": list(request.jobs),
-        "retry_quarantined": request.retry_quarantined,
-        "requested_by": request.requested_by,
-        "requested_at": request.requested_at.isoformat(),
-        "status": request.status,
-        "picked_by": request.picked_by,
-        "started_at": _iso(request.started_at),
-        "finished_at": _iso(request.finished_at),
-        "outcomes": [
-            {
-                "job": str(outcome.get("job", "")),
-                "namespace": str(outcome.get("namespace", "")),
-                "status": str(outcome.get("status", "")),
-                "record_id": outcome.get("record_id"),
-                "records": list(outcome.get("records") or []),
-                "message": str(outcome.get("message") or ""),
-            }
-            for outcome in request.outcomes
-        ],
-        "error": request.error,
-    }
 
 
 def _namespaces(caller: Principal, requested: str | None) -> list[str | None]:

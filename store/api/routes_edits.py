@@ -220,7 +220,7 @@ def add_edit_routes(app: FastAPI) -> None:
         namespace: NamespaceParam = None,
         if_match: IfMatch = None,
     ) -> dict[str, Any]:
-        ns = readable_namespace(caller, namespace, memory_id)
+        ns = readable_namespace(state, caller, namespace, memory_id)
         expected = expected_version(if_match)
         try:
             done = state.store.edit(
@@ -248,7 +248,7 @@ def add_edit_routes(app: FastAPI) -> None:
         namespace: NamespaceParam = None,
         if_match: IfMatch = None,
     ) -> dict[str, Any]:
-        ns = readable_namespace(caller, namespace, memory_id)
+        ns = readable_namespace(state, caller, namespace, memory_id)
         expected = expected_version(if_match)
         try:
             done = state.store.delete(

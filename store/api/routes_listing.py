@@ -109,7 +109,7 @@ def add_listing_routes(app: FastAPI) -> None:
     def relations(
         state: State, caller: Caller, memory_id: MemoryId, namespace: NamespaceParam = None
     ) -> dict[str, Any]:
-        ns = readable_namespace(caller, namespace, memory_id)
+        ns = readable_namespace(state, caller, namespace, memory_id)
         if state.store.db.memories.get(ns, memory_id) is None:
             raise memory_not_found(memory_id)
         views = state.store.db.listing.relations(ns, memory_id)

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import FastAPI, Response
 
 from store.api.auth import Principal, choose_namespace
-from store.api.deps import Caller, MemoryId, NamespaceParam, State
+from store.api.deps import ApiState, Caller, MemoryId, NamespaceParam, State
 from store.api.errors import ApiError
 from store.api.responses import ERRORS, HistoryOut, MemoryDetailOut
 from store.shapes.memory import memory_json
@@ -19,8 +19,16 @@ def memory_not_found(memory_id: int) -> ApiError:
     )
 
 
-def readable_namespace(caller: Principal, namespace: str | None, memory_id: int) -> str:
-    """Like choose_namespace, but a forbidden namespace looks exactly like a missing memory."""
+def readable_namespace(
+    state: ApiState, caller: Principal, namespace: str | None, memory_id: int
+) -> str:
+    """The namespace named, or else the memory's own if the key may use it; a forbidden
+    namespace looks exactly like a missing memory (404)."""
+    if namespace is None:
+        found = state.store.db.memories.namespace_of(memory_id)
+        if found is None or not caller.allows(found):
+            raise memory_not_found(memory_id)
+        return found
     try:
         return choose_namespace(caller, namespace)
     except ApiError as exc:
@@ -54,7 +62,7 @@ def add_memory_routes(app: FastAPI) -> None:
         response: Response,
         namespace: NamespaceParam = None,
     ) -> dict[str, Any]:
-        ns = readable_namespace(caller, namespace, memory_id)
+        ns = readable_namespace(state, caller, namespace, memory_id)
         memory = state.store.db.memories.get(ns, memory_id)
         if memory is None:
             raise memory_not_found(memory_id)
@@ -72,7 +80,7 @@ def add_memory_routes(app: FastAPI) -> None:
     def get_history(
         state: State, caller: Caller, memory_id: MemoryId, namespace: NamespaceParam = None
     ) -> dict[str, Any]:
-        ns = readable_namespace(caller, namespace, memory_id)
+        ns = readable_namespace(state, caller, namespace, memory_id)
         if state.store.db.memories.get(ns, memory_id) is None:
             raise memory_not_found(memory_id)
         records = state.store.db.records.history(ns, memory_id)

@@ -1,6 +1,7 @@
 """Requests to dream now (`secretary dream`, POST /v1/dream), queued for whoever runs the jobs.
 
-A request goes ``pending`` -> ``running`` (claimed by ``picked_by``) -> ``done`` or ``failed``.
+A request goes ``pending`` -> ``running`` (claimed by ``picked_by``) -> ``done`` or ``failed``;
+while it runs, the outcomes of the runs done so far are stored as they come (``progress``).
 Claiming is one conditional UPDATE that compares the status and the picker it read: on SQLite
 (a write transaction) and PostgreSQL (the row lock re-checks the condition) alike, two
 claimers never both take one request. A request whose picker holds no live lease any more (its
@@ -155,6 +156,23 @@ class DreamRequests:
                 outcomes=[dict(outcome) for outcome in outcomes],
                 error=error,
             )
+        )
+        with transaction(self._writes) as session:
+            return _changed(session, statement)
+
+    def progress(
+        self, request_id: int, *, picker: str, outcomes: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        """Store the outcomes of a running request's runs so far (``secretary dream`` and the
+        console show them as they come); False if ``picker`` no longer has it."""
+        statement = (
+            update(DreamRequest)
+            .where(
+                DreamRequest.id == request_id,
+                DreamRequest.status == RUNNING,
+                DreamRequest.picked_by == picker,
+            )
+            .values(outcomes=[dict(outcome) for outcome in outcomes])
         )
         with transaction(self._writes) as session:
             return _changed(session, statement)

@@ -35,6 +35,12 @@ class MemoryReads:
             row = session.get(Memory, memory_id)
             return memory_view(row) if row is not None and row.namespace == namespace else None
 
+    def namespace_of(self, memory_id: int) -> str | None:
+        """Return the namespace holding the memory (any status), or None if there is none."""
+        with self.engine.connect() as connection:
+            query = select(Memory.namespace).where(Memory.id == memory_id)
+            return connection.execute(query).scalar_one_or_none()
+
     def by_external_id(self, namespace: str, external_id: str) -> MemoryView | None:
         """Return the memory the client knows by ``external_id`` (any status), if any."""
         query = select(Memory).where(

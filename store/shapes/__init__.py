@@ -1,5 +1,6 @@
 """What the store's things look like to people and programs: the JSON of a memory (``memory``)
-and of records (``records``), shared by the API and the CLI, and a record told readably (``diff``).
+and of records (``records``), shared by the API and the CLI, a record told readably (``diff``),
+and a dream request with its runs (``dreams``).
 
-Pure: imports views, values and search's hit type; no SQL.
+Pure: imports views, values, search's hit type and the dream requests' view; no SQL.
 """

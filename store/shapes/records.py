@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from store.changes import count_kinds, image_kind, ordered
+from store.changes import count_kinds, describe, image_kind, ordered, plural
 from store.views import OperationView, RecordView
 
 
@@ -69,7 +69,7 @@ def run_reason(stats: Mapping[str, Any]) -> str | None:
         if isinstance(stats.get(key), str) and stats[key]
     ]
     if isinstance(stats.get("skipped"), list) and stats["skipped"]:  # a forced undo's conflicts
-        said.append(f"{len(stats['skipped'])} conflicting part(s) skipped")
+        said.append(f"{plural(len(stats['skipped']), 'conflicting part')} skipped")
     if stats.get("rejected"):
         said.append("plan rejected")
     return "; ".join(said) or None
@@ -83,17 +83,69 @@ def duration_seconds(record: RecordView) -> float | None:
 
 def record_summary_json(record: RecordView, changes: Mapping[str, int]) -> dict[str, Any]:
     """A record as `records list` shows it: ``record_json`` plus duration, changes by kind,
-    tokens, cost, error and reason."""
+    what it did in words, tokens, cost, the items it dropped and quarantined, error and reason."""
     return {
         **record_json(record),
         "duration_seconds": duration_seconds(record),
         "changes_by_kind": ordered(changes),
+        "summary": summary(record, changes),
         "tokens_in": record.tokens_in,
         "tokens_out": record.tokens_out,
         "cost": record.cost,
+        "dropped_count": len(dropped_items(record.stats)),
+        "quarantined_count": len(quarantined_ids(record.stats)),
         "error": record.error,
         "reason": run_reason(record.stats),
     }
+
+
+def summary(record: RecordView, changes: Mapping[str, int]) -> str:
+    """What a record did, in words: "2 created, 1 merged"; "erased 1 memory (#59), 2
+    relations; 2 relinked" (a forget); "applied nothing" (a run that dropped what it got);
+    "no changes"."""
+    erased = erased_words(record.stats) if record.job == "forget" else None
+    if erased is not None:
+        return f"{erased}; {describe(changes)}" if changes else erased
+    if not changes and record.status == "applied" and dropped_items(record.stats):
+        return "applied nothing"
+    return describe(changes)
+
+
+def outcome_badge(record: RecordView, changes: Mapping[str, int], dropped: int) -> tuple[str, str]:
+    """A record's outcome as a badge: its words and class. A run stored as applied that changed
+    nothing is not shown as applied: "applied nothing" (a warning) when it dropped what it got,
+    else "no changes"; a forget says "erased"."""
+    if record.status != "applied":
+        return record.status, record.status
+    if record.job == "forget":
+        return "erased", "erased"
+    if changes:
+        return "applied", "applied"
+    return ("applied nothing", "warn") if dropped else ("no changes", "plain")
+
+
+def erased_words(stats: Mapping[str, Any]) -> str | None:
+    """What an erasure record says it erased: "erased 1 memory (#59), 2 relations, 1 log line";
+    None if its stats name nothing (not an erasure's)."""
+    memories = [m.get("id") for m in stats.get("memories") or () if isinstance(m, Mapping)]
+    relations, logs = len(stats.get("relations") or ()), len(stats.get("logs") or ())
+    if not (memories or relations or logs or "irreversible" in stats):
+        return None
+    ids = ", ".join(f"#{i}" for i in memories[:_IDS_SHOWN])
+    ids += ", ..." if len(memories) > _IDS_SHOWN else ""
+    parts = [plural(len(memories), "memory", "memories") + (f" ({ids})" if ids else "")]
+    if relations:
+        parts.append(plural(relations, "relation"))
+    if logs:
+        parts.append(plural(logs, "log line"))
+    return "erased " + ", ".join(parts)
+
+
+_IDS_SHOWN = 10  # ids an erasure's summary names; `records show` names them all
+
+
+def quarantined_ids(stats: Mapping[str, Any]) -> list[int]:
+    return [i for i in stats.get("quarantined") or () if isinstance(i, int)]
 
 
 def dropped_items(stats: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -113,7 +165,7 @@ def dropped_items(stats: Mapping[str, Any]) -> list[dict[str, str]]:
         ids = ", ".join(f"#{i}" for i in stats.get("protected_ids") or ())
         items.append(
             {
-                "item": f"{protected} change(s)" + (f" touching {ids}" if ids else ""),
+                "item": plural(protected, "change") + (f" touching {ids}" if ids else ""),
                 "reason": "protected memories (pinned, important or recently recalled)",
             }
         )
@@ -128,5 +180,5 @@ def record_show_json(record: RecordView, operations: Sequence[OperationView]) ->
         **record_detail_json(record, operations),
         **record_summary_json(record, changes),
         "dropped": dropped_items(record.stats),
-        "quarantined": [i for i in record.stats.get("quarantined") or () if isinstance(i, int)],
+        "quarantined": quarantined_ids(record.stats),
     }

@@ -100,14 +100,19 @@ def test_delete_then_undo(run: Run, stored: Path) -> None:
 def test_forget_asks_first_and_a_dry_run_lists(run: Run, stored: Path) -> None:
     dry = run("forget", "--external-id", "key", "--dry-run").output
     assert "#2 (asked)" in dry
-    assert "would forget 1 memories, 0 relations, 0 log lines; nothing erased" in dry
+    assert "would forget 1 memory, 0 relations, 0 log lines; nothing erased" in dry
     refused = run("forget", "2", code=1)  # no terminal to ask on, no --yes
     assert "refusing to forget without --yes" in refused.stderr
     assert show(run, 2)["content"] == SECRET
 
     done = run("forget", "2", "--yes").output
-    assert "forgot 1 memories" in done
+    assert "forgot 1 memory," in done
     record = int(done.split("erasure record #")[1].split(";")[0])
+    # The records list says what the erasure erased, not only the neighbours it relinked.
+    listed = run("records", "list", "--job", "forget").output
+    assert f"#{record} " in listed
+    assert "forget [default] applied" in listed
+    assert ": erased 1 memory (#2)" in listed
     missing = run("memory", "show", "2", code=1)
     assert "memory" in missing.stderr
     assert "Quillon" not in run("export", "--all").output
@@ -199,11 +204,11 @@ def test_forget_all_with_logs_leaves_no_line_and_the_next_dream_extracts_nothing
         run("ingest", "--logs", str(write_lines(tmp_path / "b.jsonl", *later)))
 
         dry = run("forget", "--all", "--logs", "--dry-run").output
-        assert "would forget 1 memories, 0 relations, 4 log lines; nothing erased" in dry
+        assert "would forget 1 memory, 0 relations, 4 log lines; nothing erased" in dry
         assert "log lines #1-#4 (asked)" in dry
         assert "Quillon" not in dry
         done = run("forget", "--all", "--logs", "--yes").output
-        assert "forgot 1 memories, 0 relations, 4 log lines" in done
+        assert "forgot 1 memory, 0 relations, 4 log lines" in done
 
         assert stored_lines(run) == {}
         assert extract() == ("nothing", 0)  # nothing left to read: no model call
@@ -228,7 +233,7 @@ def test_forget_log_lines_by_session_time_key_and_match(run: Run, tmp_path: Path
 
     by_session = run("forget", "--session", "s1", "--log-since", "2026-03-02T00:00Z", "--dry-run")
     assert "log lines #2 (asked)" in by_session.output
-    assert "would forget 0 memories, 0 relations, 1 log lines" in by_session.output
+    assert "would forget 0 memories, 0 relations, 1 log line" in by_session.output
     by_match = json.loads(run("forget", "--match", "jordan", "--yes", "--json").stdout)
     assert (by_match["logs"], by_match["memories"]) == ([2, 3], [])
     assert by_match["record_id"] is not None

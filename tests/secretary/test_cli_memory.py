@@ -69,7 +69,7 @@ def test_namespaces_lists_counts(run: Run, tmp_path: Path) -> None:
     )
     run("ingest", "--logs", str(log), "--namespace", "chat")
     assert run("namespaces").output.splitlines() == [
-        "chat: 0 memories, 0 retired, 1 log lines",
+        "chat: 0 memories, 0 retired, 1 log line",
         "default: 26 memories, 0 retired, 0 log lines",
     ]
     data = json.loads(run("namespaces", "--json").stdout)

@@ -259,3 +259,33 @@ def test_undo_of_a_record_that_changed_nothing_says_so_and_exits_0(
     assert result.output.startswith("nothing to undo: record")
     assert "changed nothing that undo could restore" in result.output
     assert run("records", "list", "--json").output == before  # no undo record written
+
+
+def test_records_list_run_that_dropped_all_it_got_says_applied_nothing(
+    run: Run, ingested: list[int], tmp_path: Path
+) -> None:
+    store = Store.open(Settings(data_dir=tmp_path / "data"))
+    try:
+        dropped = [{"item": f"memory {n}", "reason": "cites no log line"} for n in range(10)]
+        record = store.db.writer.apply(
+            "default",
+            "extractor",
+            (),
+            now=NOW,
+            info=RecordInfo(
+                outcome=Outcome.NOTHING, tokens_in=800, tokens_out=27, stats={"dropped": dropped}
+            ),
+        ).record_id
+    finally:
+        store.close()
+
+    line = next(
+        x for x in run("records", "list").output.splitlines() if x.startswith(f"#{record} ")
+    )
+    listed = json.loads(run("records", "list", "--json").output)
+
+    assert line.endswith(
+        "extractor [default] applied 0.0s: applied nothing; dropped 10 items; 800 + 27 tokens"
+    )
+    shown = next(r for r in listed if r["id"] == record)
+    assert (shown["summary"], shown["dropped_count"]) == ("applied nothing", 10)

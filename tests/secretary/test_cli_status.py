@@ -64,7 +64,7 @@ def test_status_without_daemon_shows_jobs_budget_and_backlog(run: Run, store: St
     jobs = {line.split()[0]: line for line in text[3 + len(JOB_NAMES) :]}
     assert list(jobs) == list(JOB_NAMES)
     extractor = jobs["extractor"]
-    assert " #7: boom; 2 failure(s) in a row; backing off until " in extractor
+    assert " #7: boom; 2 failures in a row; backing off until " in extractor
     assert extractor.endswith("; 1 quarantined; backlog 2")
     assert jobs["linker"].endswith("never ran; backlog 3 (watermark 1, typed_watermark 3)")
     assert jobs["soul_mapper"].endswith("never ran; backlog 3")

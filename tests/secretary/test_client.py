@@ -122,6 +122,43 @@ def test_client_add_search_get_list_and_paging(client: SecretaryClient) -> None:
     assert {(n.namespace, n.memories) for n in client.namespaces()} == {("a", 4)}
 
 
+def test_client_recall_answers_what_an_agent_needs(client: SecretaryClient) -> None:
+    ids = seed(client)
+    found = client.search("what is the cat called?", k=3, reinforce=False)
+    # min_score 0: the hits themselves (this store's embedder hashes words: no real cosines)
+    recall = client.recall("what is the cat called?", k=3, reinforce=False, min_score=0)
+    assert [hit.id for hit in recall.hits] == [hit.id for hit in found.hits]
+    top, full = recall.hits[0], found.hits[0]
+    assert (top.id, top.text, top.type, top.time) == (ids[0], full.content, "event", T0)
+    assert top.score == round(full.breakdown.relevance, 2)
+    assert top.breakdown is None
+    assert top.line == f"#{ids[0]} event 2026-03-01 {top.score:.2f} {full.content}"
+    assert recall.lines().splitlines()[0] == top.line
+    detailed = client.recall(
+        "what is the cat called?", k=3, reinforce=False, detail=True, min_score=0
+    )
+    breakdown = detailed.hits[0].breakdown
+    assert breakdown is not None
+    assert breakdown.relevance == full.breakdown.relevance  # recency moves with the clock
+    assert breakdown.match == full.breakdown.match > 0
+
+
+def test_client_recall_answers_nothing_when_nothing_is_relevant(client: SecretaryClient) -> None:
+    seed(client)
+    assert client.search("stock portfolio dividends", reinforce=False).hits  # k hits, as ever
+    assert client.recall("stock portfolio dividends", reinforce=False).hits == ()
+    assert client.recall("stock portfolio dividends", reinforce=False, min_score=0).hits
+    found = client.recall("Maya adopted a rescue cat named Pepper", reinforce=False).hits
+    assert found[0].text == "Maya adopted a rescue cat named Pepper"
+
+
+def test_client_agents_threshold_is_the_stores() -> None:
+    from secretary.client.calls import AGENT_MIN_SCORE
+    from store.settings import AGENT_MIN_SCORE as STORES
+
+    assert AGENT_MIN_SCORE == STORES
+
+
 def test_client_update_delete_undo_and_stale_version(client: SecretaryClient) -> None:
     memory_id = seed(client)[2]
     edited = client.update(memory_id, version=1, content="Maya prefers black tea", importance=8)
@@ -317,6 +354,12 @@ async def _async_tour(url: str) -> None:
         hits = (await client.search("cat called Pepper", k=2)).hits
         assert hits[0].id == cat
         assert hits[0].breakdown.lexical > 0
+        brief = (await client.recall("cat called Pepper", k=2, reinforce=False)).hits[0]
+        assert (brief.id, brief.text, brief.breakdown) == (
+            cat,
+            "Maya adopted a cat named Pepper",
+            None,
+        )
         assert (await client.get(cat)).version == 1
         assert [m.id async for m in client.iter_memories(limit=1)] == [cat, tea]
         assert (await client.list_memories(limit=5, namespace="b")).memories[0].namespace == "b"

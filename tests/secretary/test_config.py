@@ -51,6 +51,51 @@ def test_load_settings_data_dir_argument_wins(tmp_path: Path) -> None:
     assert settings.data_dir == tmp_path
 
 
+def test_load_settings_misspelt_environment_section_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {"SECRETARY_DATABSE_URL": "postgresql://db/x"})
+    message = str(caught.value)
+    assert "SECRETARY_DATABSE_URL" in message
+    assert "did you mean SECRETARY_DATABASE_URL?" in message
+    assert "SECRETARY_LLM_*" in message
+    assert "SECRETARY_DATA_DIR" in message
+    with pytest.raises(ConfigError, match="SECRETARY_NOSUCH is no config option"):
+        load_settings(None, {"SECRETARY_NOSUCH": "1"})
+    # A known section with an unknown key is the option's own error, as in a file.
+    with pytest.raises(ConfigError, match=r"'database\.urll'.*unknown option"):
+        load_settings(None, {"SECRETARY_DATABASE_URLL": "x"})
+
+
+def test_load_settings_every_secretary_variable_the_project_uses_is_allowed() -> None:
+    """Each SECRETARY_* name this repository sets or reads is an option or a known exemption,
+    so that making unknown sections an error breaks none of the project's own commands."""
+    names: set[str] = set()
+    for folder in ("secretary", "store", "tests", "bench", "docs", "systemd", ".ci"):
+        for path in (REPO / folder).rglob("*"):
+            if path == Path(__file__):
+                continue  # its misspellings are on purpose
+            if path.is_file() and path.suffix in {
+                "",
+                ".py",
+                ".md",
+                ".toml",
+                ".service",
+                ".example",
+            }:
+                names |= set(re.findall(r"\bSECRETARY_[A-Z][A-Z_]*[A-Z]\b", path.read_text()))
+    names -= {"SECRETARY_SECTION_KEY"}  # the docs' placeholder
+    used = {name: "x" for name in names if not name.endswith("_")}
+    refused = []
+    for name in sorted(used):
+        try:
+            load_settings(None, {name: "1"}, data_dir=REPO)
+        except ConfigError as exc:
+            if "is no config option" in str(exc):
+                refused.append(name)
+    assert refused == []
+    assert len(used) > 20
+
+
 @pytest.mark.parametrize(
     ("text", "env", "message"),
     [

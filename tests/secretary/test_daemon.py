@@ -14,10 +14,10 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -156,6 +156,7 @@ class BlockingCalls:
         self.active: defaultdict[str, int] = defaultdict(int)
         self.overlaps: list[str] = []
         self.retried: list[bool] = []
+        self.progressed: list[int] = []
 
     def namespaces(self) -> Sequence[str]:
         return self._namespaces
@@ -172,6 +173,9 @@ class BlockingCalls:
         status = self.run(job, namespace, settings=settings, now=now)
         self.retried.append(retry_quarantined)
         return make_outcome(job, namespace, "applied", status, record_id=len(self.log))
+
+    def progress(self, request: DreamRequestView, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        self.progressed.append(len(outcomes))
 
     def run(self, job: str, namespace: str, *, settings: Settings, now: datetime) -> str:
         with self._lock:
@@ -320,6 +324,8 @@ def test_dispatcher_dream_runs_every_job_in_order_on_each_namespace() -> None:
     assert {o["status"] for o in outcomes} == {"applied"}
     assert set(outcomes[0]) == {"job", "namespace", "status", "record_id", "records", "message"}
     assert set(calls.retried) == {True}
+    # Each run's outcome is kept as it ends, for `secretary dream` and the console to follow.
+    assert calls.progressed == list(range(1, len(outcomes) + 1))
     assert dispatcher.wait_idle(0)
 
 

@@ -180,18 +180,20 @@ def back_off(store: Store, job: str, namespace: str = "maya") -> None:
     )
 
 
-def test_dream_a_job_backing_off_exits_75_after_running_the_others(
+def test_dream_a_job_backing_off_runs_now_and_says_it_overrode_the_back_off(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     back_off(store, "auditor")
     run = cli_in(store.settings.data_dir, monkeypatch)
 
-    result = run("dream", "--namespace", "maya", "--job", "auditor", "--job", "retention", code=75)
+    result = run("dream", "--namespace", "maya", "--job", "auditor", "--job", "retention")
 
     lines = [line for line in result.stdout.splitlines() if line.startswith("maya ")]
-    assert lines[0].startswith("maya auditor: skipped: backing off after 1 failed run(s) until ")
+    assert lines[0].startswith("maya auditor: applied (record #"), lines
+    assert ": ran now, overriding the back-off after 1 failed run until " in lines[0]
     assert lines[1] == "maya retention: nothing: nothing to do"
-    assert store.db.memories.count("maya") == 2  # the auditor did not run
+    assert store.db.memories.count("maya") == 1  # the auditor ran: the duplicate is merged
+    assert "failures" not in store.db.work.job_health("auditor", "maya")
 
 
 def test_dream_nothing_to_do_exits_0(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +203,42 @@ def test_dream_nothing_to_do_exits_0(store: Store, monkeypatch: pytest.MonkeyPat
     assert out.splitlines()[0] == "maya retention: nothing: nothing to do"
 
 
-def test_dream_a_job_the_daemon_finds_backing_off_exits_75(
+def test_dream_prints_each_outcome_as_its_job_finishes(store: Store) -> None:
+    store.add_logs(
+        "maya",
+        [
+            {
+                "session_id": "s1",
+                "role": "user",
+                "content": "I adopted a cat named Pepper!",
+                "timestamp": utc_now().isoformat(),
+            }
+        ],
+        now=utc_now(),
+    )
+    with ScriptedOpenAIServer() as server:
+        server.enqueue(CHAT_COMPLETIONS, ScriptedReply(delay=30.0, body={}))
+        llm = {
+            "SECRETARY_LLM_MODEL": "openai/test-model",
+            "SECRETARY_LLM_API_BASE": server.api_base,
+            "SECRETARY_LLM_API_KEY": "x",
+        }
+        process = secretary(
+            store.settings.data_dir, "dream", "--job", "retention", "--job", "extractor", **llm
+        )
+        assert process.stdout is not None
+        first = process.stdout.readline()  # while the extractor still waits for the model
+        until(lambda: server.requests_on(CHAT_COMPLETIONS), "call to the model")
+        waiting = process.poll() is None
+        process.send_signal(signal.SIGINT)
+        code, _, err = finish(process, WAIT * 3)
+
+    assert first == "maya retention: nothing: nothing to do\n"
+    assert waiting
+    assert code == 130, err
+
+
+def test_dream_a_job_the_daemon_finds_backing_off_runs_now(
     store: Store, daemon: DaemonProcess
 ) -> None:
     back_off(store, "auditor")
@@ -210,21 +247,23 @@ def test_dream_a_job_the_daemon_finds_backing_off_exits_75(
         secretary(store.settings.data_dir, "dream", "--namespace", "maya", "--job", "auditor")
     )
 
-    assert code == 75, err
-    assert out.startswith("maya auditor: skipped: backing off after 1 failed run(s) until "), out
+    assert code == 0, err
+    assert out.startswith("maya auditor: applied (record #"), out
+    assert ": ran now, overriding the back-off after 1 failed run until " in out
+    assert store.db.memories.count("maya") == 1
 
 
 @pytest.mark.parametrize(
     ("outcomes", "code"),
     [
         ([], 0),
-        ([("applied", "1 change(s) applied"), ("nothing", "nothing to do")], 0),
+        ([("applied", "1 change applied"), ("nothing", "nothing to do")], 0),
         ([("skipped", "LLM not configured"), ("refused", "over the cap; kept as plan #3")], 0),
         ([("skipped", "plan #4 awaits approval"), ("planned", "dry run")], 0),
-        ([("skipped", "backing off after 2 failed run(s) until 2026-03-01T12:00:00+00:00")], 75),
+        ([("skipped", "backing off after 2 failed runs until 2026-03-01T12:00:00+00:00")], 75),
         ([("skipped", "already running on 'maya' by h:1: this run was skipped")], 75),
-        ([("skipped", "backing off after 1 failed run(s) until ..."), ("failed", "boom")], 1),
-        ([("failed", "boom; quarantined 3 item(s) after 3 failures in a row")], 1),
+        ([("skipped", "backing off after 1 failed run until ..."), ("failed", "boom")], 1),
+        ([("failed", "boom; quarantined 3 items after 3 failures in a row")], 1),
     ],
 )
 def test_dream_exit_code_from_outcomes(outcomes: list[tuple[str, str]], code: int) -> None:

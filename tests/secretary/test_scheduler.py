@@ -92,7 +92,11 @@ def test_cron_trigger_time_zone_reads_hours_locally() -> None:
     [
         ("x", "1 field"),
         ("* * * *", "4 field"),
-        ("61 * * * *", "higher than the maximum"),
+        ("61 * * * *", "the minute field '61' is not valid: it allows 0-59"),
+        ("0 24 * * *", "the hour field '24' is not valid: it allows 0-23"),
+        ("0 3 0 * *", "the day-of-month field '0' is not valid: it allows 1-31"),
+        ("0 3 * 1-13 *", "the month field '1-13' is not valid: it allows 1-12 or jan-dec"),
+        ("*/0 * * * *", "a step \\*/n or a-b/n with n at least 1"),
         ("0 5 * * 8", "not a day of the week"),
         ("0 5 * * sat-mon", "runs backwards"),
         ("0 5 * * 2/2", "a step needs a range"),
@@ -103,6 +107,9 @@ def test_validate_cron_bad_expression_raises_clear_error(expression: str, messag
     with pytest.raises(InvalidCron, match=message) as caught:
         validate_cron(expression)
     assert repr(expression) in str(caught.value)
+    # It speaks of cron's fields, not of the scheduler library underneath.
+    assert "APScheduler" not in str(caught.value)
+    assert "Error validating" not in str(caught.value)
 
 
 def test_validate_cron_normalises_spacing() -> None:

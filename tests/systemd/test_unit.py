@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,9 @@ from secretary.daemon import API_STOP_SECONDS
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "memory-secretary.service"
 ENV_EXAMPLE = REPO / "systemd" / "memory-secretary.env.example"
-INSTALLED = "/usr/local/bin/secretary"
+INSTALLED = "/opt/memory-secretary/bin/secretary"
+README = REPO / "README.md"
+OPERATIONS = REPO / "docs" / "operations.md"
 
 
 def directives(text: str) -> dict[str, list[str]]:
@@ -46,6 +49,20 @@ def test_unit_is_a_notify_service_with_watchdog(unit: dict[str, list[str]]) -> N
     assert unit["Service.ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     assert unit["Service.Restart"] == ["on-failure"]
     assert unit["Service.ExecStart"][0].endswith(" run")
+
+
+def test_unit_runs_secretary_where_the_readme_and_operations_install_it(
+    unit: dict[str, list[str]],
+) -> None:
+    commands = unit["Service.ExecStartPre"] + unit["Service.ExecStart"]
+    assert {command.split()[0] for command in commands} == {INSTALLED}
+    venv = INSTALLED.removesuffix("/bin/secretary")
+    for doc in (README, OPERATIONS, UNIT):
+        text = doc.read_text()
+        assert re.search(rf"python3 -m venv {re.escape(venv)}\s", text), doc.name
+        assert f"{venv}/bin/pip install ." in text, doc.name
+        # Nothing rewrites the unit's paths on the way: it is installed as it is.
+        assert "sed " not in text.split("systemd/memory-secretary.service", 1)[-1][:400], doc.name
 
 
 def test_unit_keeps_data_in_its_state_directory(unit: dict[str, list[str]]) -> None:

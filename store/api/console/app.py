@@ -8,7 +8,6 @@ as the API's routes (edit, delete, forget, undo, the schedule table) and the sec
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
@@ -41,6 +40,7 @@ from store.api.console.web import (
     page,
     see_other,
 )
+from store.coordination.console_key import console_key
 from store.service import Store
 from store.status import StatusConfig
 
@@ -55,8 +55,9 @@ def create_console(
     ops: ConsoleOps | None = None,
     secret: bytes | None = None,
 ) -> FastAPI:
-    """Build the console over ``store``; ``secret`` signs its anonymous sessions (default: drawn
-    now); logged-in ones are rows of the store's ``console_sessions``."""
+    """Build the console over ``store``; ``secret`` signs its anonymous sessions (default: the
+    key kept in the data directory, made on first use); logged-in ones are rows of the store's
+    ``console_sessions``."""
     templates = Jinja2Templates(directory=HERE / "templates")
     install_filters(templates.env)
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
@@ -65,7 +66,7 @@ def create_console(
         clock=clock,
         status=status,
         ops=ops,
-        secret=secret or secrets.token_bytes(32),
+        secret=secret or console_key(store.settings.data_dir),
         templates=templates,
     )
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="static")

@@ -2,6 +2,7 @@
 
 A login is a row of ``console_sessions`` (by its token's hash); logging out deletes it, so the
 old cookie and every form token of that session are refused from then on, by every process.
+After ``throttle.LIMIT`` failed logins in a minute an address gets 429 with Retry-After.
 """
 
 from __future__ import annotations
@@ -38,13 +39,22 @@ async def login(request: Request) -> Response:
     if not keys:
         return see_other("/ui/overnight")
     key = form.get("key", "").strip()
+    now = here.clock()
+    client = request.client.host if request.client is not None else "unknown"
+    wait = here.logins.retry_after(client, now)
+    if wait is not None:
+        said = f"too many failed logins from this address: try again in {wait} s"
+        context = {"title": "Log in", "error": said}
+        response = page(request, "login.html", context, status_code=429)
+        response.headers["Retry-After"] = str(wait)
+        return response
     try:
         authenticate(keys, key or None)
     except ApiError:
+        here.logins.failed(client, now)
         context = {"title": "Log in", "error": "unknown key"}
         return page(request, "login.html", context, status_code=401)
     # A new nonce on login: a session fixed before it cannot ride on it.
-    now = here.clock()
     session = new_session(now, fingerprint(key))
     await run_in_threadpool(_switch, here, session_of(request), session, now)
     request.state.session = session

@@ -25,10 +25,18 @@ from store.api.console.web import (
     see_other_saying,
     viewer,
 )
+from store.changes import plural
 from store.clock import parse_timestamp
 from store.errors import NotFound, SecretaryError
 from store.shapes.diff import record_diff
-from store.shapes.records import dropped_items, duration_seconds, run_reason
+from store.shapes.records import (
+    dropped_items,
+    duration_seconds,
+    outcome_badge,
+    quarantined_ids,
+    run_reason,
+    summary,
+)
 from store.views import OperationView, RecordView
 from store.write.undo import (
     AlreadyUndone,
@@ -93,15 +101,21 @@ def overnight(request: Request, since: str | None = None, every: str | None = No
 
 
 def _run_row(record: RecordView, changes: dict[str, int]) -> dict[str, Any]:
+    changed = {kind: n for kind, n in changes.items() if n}
+    dropped = len(dropped_items(record.stats))
+    quarantined = len(quarantined_ids(record.stats))
     return {
         "record": record,
         "duration": duration_seconds(record),
-        "changes": {kind: n for kind, n in changes.items() if n},
+        "changes": changed,
+        "summary": summary(record, changed),
+        "outcome": outcome_badge(record, changed, dropped),
         "tokens": record.tokens_in + record.tokens_out,
-        "dropped": len(dropped_items(record.stats)),
-        "quarantined": len(record.stats.get("quarantined") or ()),
+        "dropped": dropped,
+        "quarantined": quarantined,
         "reason": run_reason(record.stats),
         "bad": record.status in ("failed", "refused") or record.error is not None,
+        "warn": bool(quarantined) or (dropped and not changed),
     }
 
 
@@ -164,7 +178,7 @@ def undo_preview(request: Request, record_id: int, cascade: bool = False) -> Res
         parts = plan_cascade(here.store.db.writer, record_id, now=here.clock()).parts
     except UndoConflict as exc:  # a cascade cannot resolve it: say which run blocks it
         return _undo_page(request, record, title, plan=plan, blocked=exc)
-    title = f"Undo run #{record_id} with {len(parts) - 1} dependent run(s)?"
+    title = f"Undo run #{record_id} with its {plural(len(parts) - 1, 'dependent run')}?"
     return _undo_page(request, record, title, parts=parts)
 
 
@@ -178,7 +192,8 @@ async def undo_run(request: Request, record_id: int) -> Response:
         done = undo(here.store.db.writer, record_id, now=here.clock(), force=force, cascade=cascade)
     except UndoConflict as exc:
         plan = plan_undo(here.store.db.writer, record_id)
-        error = f"Nothing was written: {len(exc.conflicts)} part(s) conflict with later changes."
+        parts = plural(len(exc.conflicts), "part")
+        error = f"Nothing was written: {parts} conflict with later changes."
         blocked = exc if cascade else None  # else the plan names the runs that depend on it
         return _undo_page(
             request,

@@ -7,12 +7,16 @@ secretary's validation (``ConsoleOps``) into ``store.coordination.schedules`` as
 schedule` does. The schedule is the whole store's: only a viewer who may use every namespace
 changes it. "Dream now" queues a request as `POST /v1/dream` does
 (``store.coordination.dream_requests``), which the running daemon, or `secretary serve`'s own
-worker while none runs, picks up within seconds.
+worker while none runs, picks up within seconds; the page's script (``static/dream.js``) follows
+an unfinished request through ``/ui/status/dreams/ID`` and shows each run as it ends.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 
 from store.api.auth import Principal
 from store.api.console.web import (
@@ -27,6 +31,7 @@ from store.api.console.web import (
 )
 from store.coordination.dream_requests import DreamRequestView
 from store.errors import SecretaryError
+from store.shapes.dreams import run_json
 from store.status import read_status, status_json
 
 router = APIRouter()
@@ -66,12 +71,17 @@ def status(request: Request) -> Response:
     return page(request, "status.html", context)
 
 
-def _recent_dreams(request: Request, who: Principal) -> list[DreamRequestView]:
+def _recent_dreams(request: Request, who: Principal) -> list[dict[str, Any]]:
     """The newest dream requests the viewer may see (a scoped key: its namespaces' only)."""
     recent = console(request).store.db.dream_requests.recent(RECENT_DREAMS * 4)
-    if who.namespaces is not None:
-        recent = [r for r in recent if r.namespace is not None and who.allows(r.namespace)]
-    return recent[:RECENT_DREAMS]
+    shown = [r for r in recent if _may_see(who, r)][:RECENT_DREAMS]
+    return [{"request": r, "runs": [run_json(o) for o in r.outcomes]} for r in shown]
+
+
+def _may_see(who: Principal, request: DreamRequestView) -> bool:
+    if who.namespaces is None:
+        return True
+    return request.namespace is not None and who.allows(request.namespace)
 
 
 @router.post("/ui/status/dream/{namespace}")
@@ -90,9 +100,28 @@ async def dream_now(request: Request, namespace: str) -> Response:
     )
     told = (
         f"dream request #{request_id} queued for {namespace}: the daemon (or this server, "
-        "while no daemon runs) picks it up within seconds; reload to follow it"
+        "while no daemon runs) runs it within seconds, jobs that back off after failed runs "
+        "included; its runs show below as they finish"
     )
     return see_other_saying(request, "/ui/status", told)
+
+
+@router.get("/ui/status/dreams/{request_id}")
+def dream_progress(request: Request, request_id: int) -> JSONResponse:
+    """A dream request as the status page's script follows it: its status and runs so far."""
+    who = viewer(request)
+    found = console(request).store.db.dream_requests.get(request_id)
+    if found is None or not _may_see(who, found):
+        raise PageNotFound(f"dream request {request_id} does not exist")
+    return JSONResponse(
+        {
+            "id": found.id,
+            "status": found.status,
+            "finished": found.finished,
+            "error": found.error,
+            "runs": [run_json(outcome) for outcome in found.outcomes],
+        }
+    )
 
 
 def _scheduler(request: Request) -> None:

@@ -1,4 +1,5 @@
-"""Jinja filters for the console's templates: times, durations, money, score bars (pure)."""
+"""Jinja filters for the console's templates: times, durations, money, score bars, counted
+words and change kinds in words (pure)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from jinja2 import Environment
+
+from store.changes import counted, label, plural
 
 
 def when(moment: datetime | None) -> str:
@@ -38,7 +41,16 @@ def bars(breakdown: Mapping[str, float]) -> list[tuple[str, float, int]]:
     return out
 
 
+def request_badge(status: str) -> str:
+    """The badge class of a dream request's status: done green, failed red, else waiting."""
+    return {"done": "applied", "failed": "failed"}.get(status, "planned")
+
+
 def install_filters(env: Environment) -> None:
+    env.filters["plural"] = plural
+    env.filters["label"] = label
+    env.filters["counted"] = counted
+    env.filters["request_badge"] = request_badge
     env.filters["when"] = when
     env.filters["duration"] = duration
     env.filters["money"] = money

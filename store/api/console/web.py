@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
@@ -22,6 +22,7 @@ from fastapi.templating import Jinja2Templates
 from store.api.auth import OPEN, Principal, principal_of
 from store.api.console.ops import ConsoleOps
 from store.api.console.session import Session, csrf_ok, csrf_token, fingerprint, seal
+from store.api.console.throttle import LoginThrottle
 from store.service import Store
 from store.status import StatusConfig
 
@@ -55,6 +56,7 @@ class Console:
     ops: ConsoleOps | None
     secret: bytes  # signs anonymous sessions' cookies (logged-in ones are rows in SQL)
     templates: Jinja2Templates
+    logins: LoginThrottle = field(default_factory=LoginThrottle)  # failed logins per address
 
 
 def console(request: Request) -> Console:

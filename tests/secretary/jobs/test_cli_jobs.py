@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from secretary import cli_jobs
 from secretary.cli_common import Context, _Group
 from secretary.cli_jobs import dream, plans
 from secretary.config import load_settings
@@ -179,7 +180,7 @@ def test_dream_with_daemon_running_waits_for_its_outcomes(daemon_lease: Store, r
                 "namespace": "maya",
                 "status": "applied",
                 "record_id": 7,
-                "message": "1 change(s) applied",
+                "message": "1 change applied",
             },
         ]
 
@@ -187,7 +188,7 @@ def test_dream_with_daemon_running_waits_for_its_outcomes(daemon_lease: Store, r
     result = run("dream", "--namespace", "maya", "--job", "auditor", "--retry-quarantined")
     daemon.join(WAIT)
 
-    assert result.stdout.strip() == "maya auditor: applied (record #7): 1 change(s) applied"
+    assert result.stdout.strip() == "maya auditor: applied (record #7): 1 change applied"
     assert f"the daemon ({DAEMON}) runs it; waiting" in result.stderr
     (request,) = seen
     assert (request.namespace, request.jobs, request.retry_quarantined) == (
@@ -303,3 +304,35 @@ def test_dream_outside_the_main_thread_runs_without_a_signal_handler(
     worker.start()
     worker.join(WAIT * 3)
     assert "maya auditor: applied" in results[0].output
+
+
+def test_dream_with_daemon_running_prints_each_outcome_as_the_daemon_stores_it(
+    daemon_lease: Store, run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    printed, before_the_end = threading.Event(), []
+    shown = cli_jobs._stored_line
+
+    def stored_line(outcome: Mapping[str, Any]) -> str:
+        printed.set()
+        return shown(outcome)
+
+    monkeypatch.setattr(cli_jobs, "_stored_line", stored_line)
+    first = {"job": "auditor", "namespace": "maya", "status": "nothing", "record_id": None}
+    second = {"job": "linker", "namespace": "maya", "status": "nothing", "record_id": None}
+    outcomes = [{**first, "message": "nothing to do"}, {**second, "message": "nothing to do"}]
+
+    def daemon_run(request: DreamRequestView) -> list[dict[str, Any]]:
+        daemon_lease.db.dream_requests.progress(request.id, picker=DAEMON, outcomes=outcomes[:1])
+        # The command prints the first run's line before the dream ends.
+        before_the_end.append(printed.wait(WAIT))
+        return outcomes
+
+    daemon = act_as_daemon(daemon_lease, daemon_run)
+    result = run("dream", "--namespace", "maya", "--job", "auditor", "--job", "linker")
+    daemon.join(WAIT)
+
+    assert before_the_end == [True]
+    assert result.stdout.splitlines() == [
+        "maya auditor: nothing: nothing to do",
+        "maya linker: nothing: nothing to do",
+    ]

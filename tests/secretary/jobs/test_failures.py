@@ -35,7 +35,7 @@ def test_failed_run_backs_off_and_later_firings_say_why(world: World) -> None:
 
     assert failed.status == "failed"
     assert (skipped.status, skipped.stats) == ("skipped", {})
-    assert "backing off after 1 failed run(s) until 2026-03-01T12:05:00" in skipped.message
+    assert "backing off after 1 failed run until 2026-03-01T12:05:00" in skipped.message
     assert len(world.llm_requests) == 3  # the failed call and its repair, then one that works
     assert later.status == "applied"
     health = world.health("extractor")
@@ -70,7 +70,7 @@ def test_batch_failing_three_times_is_quarantined_and_the_job_moves_on(world: Wo
     assert [o.status for o in outcomes] == ["failed", "failed", "failed"]
     third = world.records()[-1]
     assert third.stats["quarantined"] == log_ids[:2]  # the first call's lines
-    assert "quarantined 2 item(s)" in outcomes[-1].message
+    assert "quarantined 2 items" in outcomes[-1].message
     assert world.health("extractor")["quarantined"] == log_ids[:2]
     # The model works again: the next run skips the quarantined lines and moves past them.
     world.server.chat_content = "ok"

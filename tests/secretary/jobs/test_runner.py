@@ -210,7 +210,7 @@ def test_run_job_dry_run_plans_but_writes_nothing(world: World) -> None:
     (record,) = world.records()
     assert (record.status, record.stats["dry_run"], record.tokens_in) == ("applied", True, 10)
     assert world.store.db.records.get(record.id)[1] == []  # no operation
-    assert "1 LLM call(s), 10 + 1 tokens" in outcome.message
+    assert "1 LLM call, 10 + 1 tokens" in outcome.message
 
 
 def test_run_job_dry_run_without_model_calls_writes_no_record(world: World) -> None:
@@ -309,7 +309,60 @@ def test_a_two_part_run_names_each_part_with_its_record(world: World) -> None:
     first, second = outcome.records
     assert outcome.record_id == first  # the deterministic part's, which made the edge
     assert outcome.message == (
-        f"deterministic: 1 change(s) applied (1 operations) (record #{first}); "
-        f"model: nothing to do (record #{second})"
+        f"deterministic: 1 change applied (1 operation) (record #{first}); "
+        f"model: nothing to change; 1 LLM call, 11 tokens (record #{second})"
     )
     assert world.edges(ids[0]) == {(ids[0], ids[1], "associative")}
+
+
+# -- what a run's message says -----------------------------------------------------------------
+
+
+def test_run_job_that_drops_every_item_says_so_not_nothing_to_do(world: World) -> None:
+    three_logs(world)
+    invented = {
+        **GOOD["memories"][0],
+        "content": "The user owns a horse.",
+        "source_log_ids": [4242],
+    }
+    world.reply({"memories": [invented, {**invented, "content": "And a goat."}]})
+
+    outcome = world.run("extractor")
+
+    assert world.active() == []
+    assert outcome.status == "nothing"
+    assert outcome.message == (
+        "applied nothing; dropped 2 items; ignored 1 id the model was not sent;"
+        " 1 LLM call, 11 tokens"
+    )
+    assert world.health("extractor")["last"]["message"] == outcome.message  # what status shows
+
+
+def test_run_job_applied_says_changes_in_the_singular_and_what_it_spent(world: World) -> None:
+    three_logs(world)
+    world.reply(GOOD)
+
+    outcome = world.run("extractor")
+
+    assert outcome.message.startswith("1 change applied (")
+    assert outcome.message.endswith("; 1 LLM call, 11 tokens")
+    assert "(s)" not in outcome.message
+
+
+def test_run_job_manual_run_overrides_the_back_off_and_says_so(world: World) -> None:
+    three_logs(world)
+    world.server.chat_content = "Sure! Here are the memories you asked for."
+    assert world.run("extractor").status == "failed"
+    world.server.chat_content = "ok"
+    world.reply(GOOD)
+
+    scheduled = world.run("extractor", now=NOW + HOUR / 60)
+    manual = run_job(
+        world.store, world.settings, "extractor", "maya", now=NOW + HOUR / 60, manual=True
+    )
+
+    assert scheduled.status == "skipped"
+    assert scheduled.message.startswith("backing off after 1 failed run until ")
+    assert manual.status == "applied"
+    assert manual.message.startswith("ran now, overriding the back-off after 1 failed run until ")
+    assert "failures" not in world.health("extractor")  # a run that worked ends the back-off

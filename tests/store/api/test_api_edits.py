@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from store.api.app import create_app
 from store.kinds import Outcome
 from store.service import Store
 from store.write.record_info import RecordInfo
-from tests.store.api.test_api import KEY_AB, A, B, auth
+from tests.store.api.test_api import KEY_AB, A, B, auth, open_store
 from tests.store.api.test_api import app as app  # the fixtures: store, app, client
 from tests.store.api.test_api import client as client
 from tests.store.api.test_api import store as store
@@ -145,13 +147,36 @@ def test_another_namespaces_memory_is_404_for_edit_delete_and_forget(client: Tes
     assert get(client, theirs, headers=B)["content"] == "belongs to b"
 
 
-def test_a_key_with_several_namespaces_must_name_one(client: TestClient) -> None:
-    memory_id = add(client, "in a")
-    response = client.delete(f"/v1/memories/{memory_id}", headers=AB)
-    assert response.status_code == 422
+def test_by_id_routes_find_the_memorys_namespace_for_a_key_with_several(
+    client: TestClient,
+) -> None:
+    memory_id = add(client, "in b", headers=B)
+    assert get(client, memory_id, headers=AB)["namespace"] == "b"
+    for path in ("history", "relations"):
+        assert client.get(f"/v1/memories/{memory_id}/{path}", headers=AB).status_code == 200
+    edited = client.patch(f"/v1/memories/{memory_id}", json={"content": "still b"}, headers=AB)
+    assert edited.status_code == 200, edited.text
+    assert edited.json()["memory"]["namespace"] == "b"
+    assert client.delete(f"/v1/memories/{memory_id}", headers=AB).status_code == 200
+    # Named, the namespace is the one acted on: there the memory is not.
+    named = client.get(f"/v1/memories/{memory_id}", params={"namespace": "a"}, headers=AB)
+    assert named.status_code == 404
+    # A request that names no memory still needs one namespace.
     assert client.post("/v1/forget", json={"all": True}, headers=AB).status_code == 422
-    named = client.delete(f"/v1/memories/{memory_id}", params={"namespace": "a"}, headers=AB)
-    assert named.status_code == 200
+
+
+def test_by_id_routes_on_an_open_api_find_any_namespace(tmp_path: Path) -> None:
+    store = open_store(tmp_path, keys=())
+    with TestClient(create_app(store, start_workers=False)) as open_client:
+        added = open_client.post("/v1/memories?namespace=maya", json={"content": "likes tea"})
+        memory_id = added.json()["ids"][0]
+        edited = open_client.patch(f"/v1/memories/{memory_id}", json={"content": "likes coffee"})
+        assert edited.status_code == 200, edited.text
+        assert edited.json()["memory"]["namespace"] == "maya"
+        assert open_client.get("/v1/memories/999").json()["error"]["message"] == (
+            "memory 999 does not exist"
+        )
+    store.close()
 
 
 def test_forget_dry_run_then_for_real(client: TestClient) -> None:

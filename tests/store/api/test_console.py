@@ -381,7 +381,7 @@ def test_console_undo_preview_names_the_runs_that_depend_on_it(open_: Store) -> 
     assert "2026-11-24 06:05 UTC" in dependents
     assert "created relation" in dependents
     assert "Newest first, the order to undo them in" in page
-    assert f'href="/ui/runs/{ingest}/undo?cascade=1">Undo with its 1 dependent run(s)' in page
+    assert f'href="/ui/runs/{ingest}/undo?cascade=1">Undo with its 1 dependent run' in page
 
 
 def test_console_cascade_dry_run_lists_every_run_and_writes_nothing(open_: Store) -> None:

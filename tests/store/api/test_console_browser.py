@@ -27,7 +27,8 @@ from store.clock import utc_now
 from store.operations import CreateRelation
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
-from tests.helpers.browser import chromium, screenshot
+from store.write.record_info import RecordInfo
+from tests.helpers.browser import SCREENSHOTS, chromium, screenshot
 from tests.helpers.fake_embedder import FakeEmbedder
 from tests.helpers.live_server import live_server
 from tests.helpers.openai_server import CHAT_COMPLETIONS, ScriptedOpenAIServer
@@ -190,7 +191,7 @@ def test_browser_undo_of_a_run_others_depend_on_offers_the_cascade(world: World)
     assert "linker" in dependent.inner_text()
     assert "created relation" in dependent.inner_text()
     screenshot(page, "undo-dependents")
-    page.click("text=Undo with its 1 dependent run(s)")
+    page.click("text=Undo with its 1 dependent run")
     parts = page.locator("section.part")
     assert [parts.nth(i).get_attribute("data-record") for i in range(parts.count())] == [
         str(linker),
@@ -232,6 +233,7 @@ def test_browser_search_draws_the_score_breakdown(world: World) -> None:
     hits = page.locator("li.hit")
     assert hits.count() >= 1
     assert "hiking" in hits.first.inner_text()
+    hits.first.locator("details.why summary").click()  # the breakdown is folded by default
     bars = hits.first.locator(".bar .fill")
     assert bars.count() >= 3
     widths = [bars.nth(i).evaluate("e => e.getBoundingClientRect().width") for i in range(3)]
@@ -264,7 +266,7 @@ def test_browser_status_previews_a_cron_before_saving(world: World) -> None:
     page.context.close()
 
 
-def test_browser_dream_now_queues_a_request_shown_on_the_status_page(world: World) -> None:
+def test_browser_dream_now_queues_a_request_the_status_page_follows(world: World) -> None:
     page = world.login(KEY_MAYA)
     page.goto(f"{world.url}/ui/status")
     page.click("form[action='/ui/status/dream/maya'] button")
@@ -272,8 +274,90 @@ def test_browser_dream_now_queues_a_request_shown_on_the_status_page(world: Worl
     (queued,) = [r for r in world.store.db.dream_requests.recent() if r.namespace == "maya"]
     assert (queued.requested_by, queued.status) == ("console:maya", "pending")
     assert f"dream request #{queued.id} queued for maya" in page.inner_text(".notice")
-    assert f"#{queued.id}" in page.inner_text("table.dreams")
+    row = page.locator(f"tr[data-dream='{queued.id}']")
+    assert "pending" in row.inner_text()
     screenshot(page, "dream-now")
+    page.evaluate("window.notReloaded = true")
+    # The daemon takes it and runs its jobs: the row shows each run as it ends, with no reload.
+    requests = world.store.db.dream_requests
+    assert requests.claim(picker="test-daemon", now=utc_now()) is not None
+    first = {"job": "extractor", "namespace": "maya", "status": "nothing", "record_id": None}
+    first["message"] = "applied nothing; dropped 3 items; 1 LLM call, 700 tokens"
+    requests.progress(queued.id, picker="test-daemon", outcomes=[first])
+    page.wait_for_selector(f"tr[data-dream='{queued.id}'] ul.dream-runs li")
+    assert "running" in row.inner_text()
+    assert "applied nothing; dropped 3 items" in row.inner_text()
+    assert row.locator(".badge.tone-warn").count() == 1  # not green: it dropped what it got
+    second = {**first, "job": "linker", "message": "nothing to do"}
+    requests.finish(queued.id, picker="test-daemon", outcomes=[first, second], now=utc_now())
+    page.wait_for_selector(f"tr[data-dream='{queued.id}']:not([data-following])")
+    assert "done" in row.inner_text()
+    assert "linker" in row.inner_text()
+    assert page.evaluate("window.notReloaded") is True
+    page.context.close()
+
+
+def test_browser_pages_fit_a_phone_375_px_wide(world: World) -> None:
+    # A run with what tends to push a page wide: long unbroken words, a relation, a long error.
+    url = "https://example.com/" + "very-long-path-segment/" * 8
+    (long_id,) = world.store.add_memories("maya", [{"content": f"Read {url}"}], now=utc_now()).ids
+    world.store.indexer.sync()
+    wide_run = world.store.db.writer.apply(
+        "maya",
+        "linker",
+        [
+            CreateRelation(
+                source=long_id, target=1, type="related_to", strength=0.8, description=url
+            )
+        ],
+        now=utc_now(),
+        info=RecordInfo(
+            stats={"dropped": [{"item": f"memory '{url}'", "reason": f"cites {url}"}]},
+            error=f"LlmInvalidReply: {url}",
+        ),
+    ).record_id
+    page = world.login(KEY_MAYA)
+    page.set_viewport_size({"width": 375, "height": 740})
+    pages = {
+        "run": f"/ui/runs/{world.run_id}",
+        "wide-run": f"/ui/runs/{wide_run}",
+        "wide-search": f"/ui/memories?namespace=maya&q={url}",
+        "search": "/ui/memories?namespace=maya&q=hiking+in+the+Alps",
+        "overnight": "/ui/overnight",
+        "status": "/ui/status",
+        "memories": "/ui/memories?namespace=maya",
+    }
+    for name, path in pages.items():
+        page.goto(world.url + path)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-375.png"), full_page=True)
+        wide = page.evaluate("document.scrollingElement.scrollWidth")
+        assert wide <= 375, f"{name} is {wide} px wide at 375"
+    # A relation's words between its two ends do not run over them (only its arrow turns).
+    page.goto(f"{world.url}/ui/runs/{wide_run}")
+    boxes = page.evaluate(
+        "[...document.querySelectorAll('.side-by-side')].map(s => ["
+        "s.querySelector('.from').getBoundingClientRect().bottom,"
+        "s.querySelector('.arrow').getBoundingClientRect().top])"
+    )
+    assert boxes
+    assert all(from_bottom <= arrow_top for from_bottom, arrow_top in boxes), boxes
+    assert "1 relation created" in page.inner_text("main")
+    page.context.close()
+
+
+def test_browser_search_of_20_hits_fits_about_two_screens(world: World) -> None:
+    notes = [
+        {"content": f"Maya watered the tomato seedlings in the garden, note {n}."}
+        for n in range(25)
+    ]
+    world.store.add_memories("maya", notes, now=utc_now())
+    world.store.indexer.sync()
+    page = world.login(KEY_MAYA)
+    page.goto(f"{world.url}/ui/memories?namespace=maya&q=tomato+seedlings+garden")
+    assert page.locator("li.hit").count() == 20
+    tall = page.evaluate("document.scrollingElement.scrollHeight")
+    screenshot(page, "search-20")
+    assert tall <= 2 * 900, f"20 hits take {tall} px at 1280x900"
     page.context.close()
 
 

@@ -45,6 +45,22 @@ def test_dream_requests_enqueue_then_get_returns_the_pending_request(db: Databas
     assert requests.get(request_id + 1) is None
 
 
+def test_dream_requests_progress_keeps_the_runs_so_far_for_its_picker_only(db: Database) -> None:
+    requests = db.dream_requests
+    request_id = enqueue(requests)
+    run = {"job": "auditor", "namespace": "maya", "status": "nothing", "message": "nothing to do"}
+
+    assert not requests.progress(request_id, picker="a", outcomes=[run])  # not claimed yet
+    assert requests.claim(picker="a", now=T0) is not None
+    assert not requests.progress(request_id, picker="b", outcomes=[run])  # not b's
+    assert requests.progress(request_id, picker="a", outcomes=[run])
+    shown = requests.get(request_id)
+    assert shown is not None
+    assert (shown.status, shown.outcomes) == ("running", (run,))
+    assert requests.finish(request_id, picker="a", outcomes=[run, run], now=T0)
+    assert not requests.progress(request_id, picker="a", outcomes=[run])  # finished: it stays
+
+
 def test_dream_requests_claim_takes_the_oldest_once(db: Database) -> None:
     requests = db.dream_requests
     first, second = enqueue(requests), enqueue(requests, None)

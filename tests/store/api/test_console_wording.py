@@ -1,0 +1,101 @@
+"""What the console says of a run: honest outcomes, human labels, and a dream's progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from store.api.app import create_app
+from store.kinds import Outcome
+from store.operations import CreateRelation
+from store.service import Store
+from store.write.record_info import RecordInfo
+from tests.store.api.test_console import KEY_A, KEYS, NOW, login, open_store
+
+
+def dropped_everything(store: Store) -> int:
+    """A run that spent tokens and dropped all ten items the model returned."""
+    dropped = [{"item": f"memory {n}", "reason": "cites no log line"} for n in range(10)]
+    info = RecordInfo(
+        outcome=Outcome.NOTHING, tokens_in=800, tokens_out=27, stats={"dropped": dropped}
+    )
+    record = store.db.writer.apply("a", "extractor", (), now=NOW, info=info).record_id
+    assert record is not None
+    return record
+
+
+def test_console_run_that_dropped_all_it_got_is_a_warning_not_applied(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "open")
+    try:
+        record = dropped_everything(store)
+        with TestClient(create_app(store, clock=lambda: NOW, start_workers=False)) as web:
+            overnight = web.get("/ui/overnight").text
+            run = web.get(f"/ui/runs/{record}").text
+    finally:
+        store.close()
+    row = overnight.split(f'data-record="{record}"')[1].split("</tr>")[0]
+    assert '<span class="badge warn">applied nothing</span>' in row
+    assert 'class="badge applied"' not in row
+    assert "827 /" in row  # tokens
+    assert "10 / 0" in row  # dropped / quarantined
+    assert (
+        '<span class="badge warn">applied nothing</span> applied nothing; dropped 10 items' in run
+    )
+
+
+def test_console_change_chips_read_as_words(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "open")
+    try:
+        ids = sorted(store.db.memories.index_state("a"))
+        relate = CreateRelation(source=ids[0], target=ids[1], type="related_to", strength=0.5)
+        record = store.db.writer.apply("a", "linker", [relate], now=NOW).record_id
+        with TestClient(create_app(store, clock=lambda: NOW, start_workers=False)) as web:
+            run = web.get(f"/ui/runs/{record}").text
+    finally:
+        store.close()
+    assert '<span class="chip">1 relation created</span>' in run
+    assert ">relations_created<" not in run  # (a class name may keep it)
+    assert "related to 0.50" in run
+
+
+def test_console_dream_progress_answers_its_runs_so_far_to_its_viewer_only(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "keyed", KEYS)
+    requests = store.db.dream_requests
+    mine = requests.enqueue(
+        namespace="a", jobs=(), retry_quarantined=False, requested_by="t", now=NOW
+    )
+    other = requests.enqueue(
+        namespace="b", jobs=(), retry_quarantined=False, requested_by="t", now=NOW
+    )
+    assert requests.claim(picker="daemon", now=NOW) is not None
+    run = {"job": "extractor", "namespace": "a", "status": "nothing", "record_id": None}
+    requests.progress(mine, picker="daemon", outcomes=[{**run, "message": "applied nothing"}])
+    try:
+        with TestClient(create_app(store, clock=lambda: NOW, start_workers=False)) as web:
+            login(web, KEY_A)
+            shown = web.get(f"/ui/status/dreams/{mine}")
+            hidden = web.get(f"/ui/status/dreams/{other}")
+            page = web.get("/ui/status").text
+    finally:
+        store.close()
+    assert shown.json() == {
+        "id": mine,
+        "status": "running",
+        "finished": False,
+        "error": None,
+        "runs": [
+            {
+                "job": "extractor",
+                "status": "nothing",
+                "record_id": None,
+                "message": "applied nothing",
+                "tone": "warn",
+            }
+        ],
+    }
+    assert hidden.status_code == 404
+    assert f'data-dream="{mine}" data-following' in page
+    assert '<script src="/ui/static/dream.js" defer></script>' in page
