@@ -152,9 +152,9 @@ class IngestSettings(Section):
 
 
 # The min_score agents search with (MCP, the Python client's recall): a search whose best hit's
-# relevance (store.search.scoring.relevance) is below it answers nothing ("nothing relevant"). Chosen by bench/relevance.py
-# on tune halves: the highest threshold costing at most 1 point of recall@10 at home
-# (docs/retrieval.md#relevance). The plain API keeps min_score 0 (k hits) unless asked.
+# relevance (store.search.scoring.relevance) is below it answers nothing ("nothing relevant").
+# Chosen by bench/relevance.py on tune halves: the highest threshold costing at most 1 point of
+# recall@10 at home (docs/retrieval.md#relevance). The plain API keeps min_score 0 unless asked.
 AGENT_MIN_SCORE = 0.4
 
 
