@@ -64,6 +64,7 @@ def plan_stats(db: Database, plan: Plan, *, base_state: Mapping[str, Any]) -> di
     return {
         "changes": [
             {"label": c.label, "operations": [encode_operation(op) for op in c.operations]}
+            | ({"lossless": True} if c.lossless else {})
             for c in plan.changes
         ],
         "job_state": dict(plan.job_state) if plan.job_state is not None else None,
@@ -169,6 +170,7 @@ def _pending(record: RecordView) -> PendingPlan:
         Change(
             label=str(item["label"]),
             operations=tuple(decode_operation(op) for op in item["operations"]),
+            lossless=bool(item.get("lossless", False)),
         )
         for item in data.get("changes", [])
     )
@@ -202,8 +204,8 @@ def _stale_reason(
         return f"job {pending.job} has moved on since the plan was made"
     plan = pending.as_plan()
     protected = protected_targets(db, plan.namespace, plan, settings.guardrails, now=now)
-    if protected:
-        return f"memories {sorted(protected)} are protected now"
+    if protected.dropped:
+        return f"memories {list(protected.protected_hit)} are protected now"
     return None
 
 

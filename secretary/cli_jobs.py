@@ -28,6 +28,7 @@ from store.changes import plural
 from store.clock import utc_now
 from store.errors import SecretaryError
 from store.operations import (
+    CarryRecalls,
     CreateMemory,
     CreateRelation,
     InheritRelations,
@@ -457,6 +458,8 @@ def describe(op: Operation) -> str:
     if isinstance(op, InheritRelations):
         context = " and their place in the timeline" if op.context else ""
         return f"copy the relations{context} of {list(op.from_ids)} to {_ref(op.to)}"
+    if isinstance(op, CarryRecalls):
+        return f"add the recalls of #{op.from_id} to {_ref(op.to)}"
     return f"purge #{op.memory_id}"
 
 

@@ -80,13 +80,34 @@ class InheritRelations:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CarryRecalls:
+    """Add the recall statistics of ``from_id`` to ``to``: an exact duplicate merged into it.
+
+    ``to`` gets the recall count added, the later of the two last recalls, and the greater of
+    the two recall boosts (base_importance over importance). Recall statistics are not content:
+    nothing is re-embedded and protection does not count it as a change; undo takes it back.
+    """
+
+    from_id: int
+    to: Ref
+
+
+@dataclass(frozen=True, kw_only=True)
 class Purge:
     """Remove a tombstone (retention only): the row, its relations, its timeline place."""
 
     memory_id: int
 
 
-Operation = CreateMemory | UpdateMemory | SetStatus | CreateRelation | InheritRelations | Purge
+Operation = (
+    CreateMemory
+    | UpdateMemory
+    | SetStatus
+    | CreateRelation
+    | InheritRelations
+    | CarryRecalls
+    | Purge
+)
 
 
 def referenced_ids(operations: Iterable[Operation]) -> set[int]:
@@ -102,6 +123,8 @@ def referenced_ids(operations: Iterable[Operation]) -> set[int]:
             ids.update(op.replaces_in_timeline)
         elif isinstance(op, CreateRelation):
             ids.update(r for r in (op.source, op.target) if isinstance(r, int))
+        elif isinstance(op, CarryRecalls):
+            ids.update(r for r in (op.from_id, op.to) if isinstance(r, int))
         else:
             ids.update(op.from_ids)
             ids.update(r for r in (op.to,) if isinstance(r, int))
@@ -128,7 +151,15 @@ def changed_ids(operations: Iterable[Operation]) -> set[int]:
 
 _CLASSES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (CreateMemory, UpdateMemory, SetStatus, CreateRelation, InheritRelations, Purge)
+    for cls in (
+        CreateMemory,
+        UpdateMemory,
+        SetStatus,
+        CreateRelation,
+        InheritRelations,
+        CarryRecalls,
+        Purge,
+    )
 }
 _TUPLES = frozenset({"tags", "replaces_in_timeline", "from_ids"})
 

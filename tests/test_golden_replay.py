@@ -236,7 +236,8 @@ def approvals_and_refusals(r: Replay) -> None:
         ],
         t1 + 3 * HOUR,
     )
-    r.run("auditor", t1 + 3 * HOUR)  # two merges: over the cap, refused
+    # Two merges of exact duplicates: the cap does not hold them back, it bounds each record.
+    r.run("auditor", t1 + 3 * HOUR)
     r.configure(guardrails={"max_changes_per_run": 200})
     r.run("auditor", t1 + 3 * HOUR)
     r.server.enqueue(

@@ -1,15 +1,18 @@
 """auditor: duplicates, contradictions, hallucinations and stale preferences among new memories.
 
-Deterministic first: exact duplicates (same content hash; for events also the same time) are
-merged without asking the LLM. The rest is grouped (near duplicates by embedding similarity,
-preferences on the same subject) and only those groups are judged by the LLM. Outcomes are
-supersede, merge or archive, never a delete. Traits belong to the soul mapper and are left out.
+Deterministic first: exact duplicates (same content hash; for events also the same session, or
+within the window) are merged without asking the LLM, the whole backlog in one run, a read
+and a record at a time; each carries its recalls to the memory it is merged into, and only a
+pinned copy is kept apart (see ``exact_duplicate_changes``). The rest is grouped (near
+duplicates by embedding similarity, preferences on the same subject) and only those groups are
+judged by the LLM. Outcomes are supersede, merge or archive, never a delete. Traits belong to
+the soul mapper and are left out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +24,8 @@ from secretary.jobs.base import (
     Change,
     Draft,
     MemoryJob,
+    Plan,
+    chunks,
     is_trait,
     listed_once,
     oldest_first,
@@ -29,8 +34,9 @@ from secretary.jobs.base import (
 from secretary.jobs.clustering import Pair, capped_groups
 from secretary.jobs.context import JobContext
 from secretary.jobs.neighbours import neighbours
+from store.changes import plural
 from store.kinds import MemoryStatus, MemoryType
-from store.operations import InheritRelations, Operation, SetStatus, UpdateMemory
+from store.operations import CarryRecalls, InheritRelations, Operation, SetStatus, UpdateMemory
 from store.views import MemoryView
 
 # Types whose identical text at another time is another occurrence, not a duplicate.
@@ -78,30 +84,53 @@ def keeper_of(group: Sequence[MemoryView]) -> MemoryView:
     return min(group, key=lambda m: (not m.pinned, -m.importance, m.id))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExactDuplicates:
+    """The merges of exact duplicates, and the copies left because they are pinned."""
+
+    changes: tuple[Change, ...]
+    pinned: tuple[int, ...] = ()
+
+
 def exact_duplicate_changes(
     seeds: Sequence[MemoryView], candidates: Iterable[MemoryView], *, window: timedelta
-) -> list[Change]:
-    """Merge every exact duplicate of a seed into its keeper (one change per duplicate)."""
+) -> ExactDuplicates:
+    """Merge every exact duplicate of a seed into its keeper (one change per duplicate).
+
+    Protection does not keep an exact duplicate alive: the keeper holds the same text, and the
+    copy's recalls are carried to it (``CarryRecalls``), so what a person relied on stays found.
+    The one rule kept: a pinned memory is never merged away. The keeper is pinned if any copy
+    is; a second pinned copy stays as it is (``pinned``).
+    """
     pool = {m.id: m for m in [*candidates, *seeds] if not is_trait(m)}
     seed_ids = {s.id for s in seeds}
     changes: list[Change] = []
+    pinned: list[int] = []
     for ids in duplicate_groups(list(pool.values()), window):
         if not seed_ids & set(ids):
             continue
         keeper = keeper_of([pool[i] for i in ids])
-        for dup in ids:
-            if dup == keeper.id:
+        for dup in (pool[i] for i in ids if i != keeper.id):
+            if dup.pinned:
+                pinned.append(dup.id)
                 continue
+            recalls: tuple[Operation, ...] = ()
+            if dup.access_count or dup.last_accessed is not None:
+                recalls = (CarryRecalls(from_id=dup.id, to=keeper.id),)
             changes.append(
                 Change(
-                    label=f"merge exact duplicate #{dup} into #{keeper.id}",
+                    label=f"merge exact duplicate #{dup.id} into #{keeper.id}",
                     operations=(
-                        InheritRelations(from_ids=(dup,), to=keeper.id),
-                        SetStatus(memory_id=dup, status=MemoryStatus.MERGED, replaced_by=keeper.id),
+                        InheritRelations(from_ids=(dup.id,), to=keeper.id),
+                        *recalls,
+                        SetStatus(
+                            memory_id=dup.id, status=MemoryStatus.MERGED, replaced_by=keeper.id
+                        ),
                     ),
+                    lossless=True,
                 )
             )
-    return changes
+    return ExactDuplicates(changes=tuple(changes), pinned=tuple(pinned))
 
 
 def subject_edges(
@@ -234,6 +263,8 @@ class Audit:
     retired: set[int] = field(default_factory=set)
     verdicts: Verdicts = field(default_factory=lambda: Verdicts(retired=set()))
     groups: int = 0
+    # Pinned exact duplicates left as they are (a pinned memory is never merged away).
+    pinned: set[int] = field(default_factory=set)
 
 
 Batch = Sequence[Group]
@@ -247,6 +278,7 @@ class Auditor(MemoryJob[Audit, Batch, AuditorReply]):
     default_cron = "40 4 * * *"
     uses_index = True
     deterministic_watermark = "exact_watermark"
+    settles_backlog = True
     llm_watermark = "watermark"
     prompt_id = "auditor"
     reply_schema = AuditorReply
@@ -257,17 +289,48 @@ class Auditor(MemoryJob[Audit, Batch, AuditorReply]):
     def settle(
         self, ctx: JobContext, work: Audit, fresh: Sequence[MemoryView], draft: Draft
     ) -> None:
-        seeds = [m for m in fresh if not is_trait(m)]
+        # Called once per read of the backlog: what an earlier read merged is gone already
+        # (or, in a dry run, would be).
+        seeds = [m for m in fresh if not is_trait(m) and m.id not in work.retired]
         hashes = [s.content_hash for s in seeds]
         twins = ctx.db.memories.with_hashes(ctx.namespace, hashes) if hashes else []
         window = timedelta(minutes=ctx.jobs.auditor_duplicate_window_minutes)
-        changes = exact_duplicate_changes(seeds, twins, window=window)
-        work.retired = {
-            op.memory_id for c in changes for op in c.operations if isinstance(op, SetStatus)
+        found = exact_duplicate_changes(
+            seeds, [t for t in twins if t.id not in work.retired], window=window
+        )
+        work.retired |= {
+            op.memory_id for c in found.changes for op in c.operations if isinstance(op, SetStatus)
         }
         work.verdicts = Verdicts(retired=set(work.retired))
-        draft.changes.extend(changes)
-        draft.stats["exact_duplicates"] = len(changes)
+        draft.changes.extend(found.changes)
+        draft.stats["exact_duplicates"] = len(found.changes)
+        pinned = set(found.pinned) - work.pinned
+        work.pinned |= pinned
+        if pinned:
+            draft.stats["exact_duplicates_pinned"] = sorted(pinned)
+            draft.left = f"{plural(len(pinned), 'exact duplicate')} left as they are: pinned"
+
+    def split(self, ctx: JobContext, plan: Plan) -> list[Plan]:
+        """Merges in records of at most max_changes_per_run each, so that every transaction
+        stays as bounded as the cap keeps the other changes (which it counts; these it does
+        not, see ``secretary.jobs.guardrails``)."""
+        size = ctx.guardrails.max_changes_per_run
+        if not size or len(plan.changes) <= size:
+            return [plan]
+        parts = chunks(plan.changes, size)
+        head = [
+            replace(
+                plan,
+                changes=tuple(part),
+                job_state=None,
+                stats={**plan.stats, "exact_duplicates": len(part)},
+                skipped=None,
+                left=None,
+            )
+            for part in parts[:-1]
+        ]
+        last = {**plan.stats, "exact_duplicates": len(parts[-1])}
+        return [*head, replace(plan, changes=tuple(parts[-1]), stats=last)]
 
     def skip(self, ctx: JobContext, work: Audit, new: Sequence[MemoryView], draft: Draft) -> None:
         draft.skipped = LLM_NOT_CONFIGURED

@@ -46,6 +46,9 @@ class Change:
 
     label: str
     operations: tuple[Operation, ...]
+    # Merges an exact duplicate into a memory with the same text: nothing is lost, so only a
+    # pinned memory holds it back and the change cap does not count it (see guardrails).
+    lossless: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +65,8 @@ class Plan:
     skipped: str | None = None
     # Why the run stopped before the end of its work (budget, call cap), if it did.
     stopped: str | None = None
+    # What this part leaves undone on purpose, and why ("2 exact duplicates: pinned").
+    left: str | None = None
     # Which part of a two-part job this is ("deterministic" or "model"); None: the whole run.
     part: str | None = None
     # Items of the replies that were left out, each {"item": ..., "reason": ...}.
@@ -142,6 +147,7 @@ class Draft:
     answered: list[int] = field(default_factory=list)
     skipped: str | None = None
     stopped: str | None = None
+    left: str | None = None
 
     def advance(self, key: str, value: int) -> None:
         self.moved[key] = value
@@ -160,6 +166,7 @@ class Draft:
             stats=stats,
             skipped=self.skipped,
             stopped=self.stopped,
+            left=self.left,
             part=self.part,
             rejected=tuple(self.rejected),
             answered=tuple(self.answered),
@@ -171,6 +178,9 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
 
     # The part that needs no model, and its watermark (None: the job has no such part).
     deterministic_watermark: ClassVar[str | None] = None
+    # The part that needs no model works through everything past its own watermark in one
+    # run, a read (and a record) at a time, not only what the model's part reads.
+    settles_backlog: ClassVar[bool] = False
     # The LLM part's watermark, its prompt and the schema its replies must match.
     llm_watermark: ClassVar[str] = "watermark"
     prompt_id: ClassVar[str]
@@ -192,18 +202,27 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
         state: Mapping[str, Any] = ctx.state
         two_parts = self.deterministic_watermark is not None and asking
         if self.deterministic_watermark is not None:
-            draft = Draft(state=state, part="deterministic" if two_parts else None)
-            mark = marks[self.deterministic_watermark]
+            key, part = self.deterministic_watermark, "deterministic" if two_parts else None
+            mark = marks[key]
             fresh = [item for item in new if self.id_of(item) > mark]
-            self.settle(ctx, work, fresh, draft)
-            draft.advance(self.deterministic_watermark, advance(mark, map(self.id_of, fresh)))
-            if wants and not asking:
-                self.skip(ctx, work, new, draft)
-            first = draft.plan(self.name, ctx.namespace)
-            yield first
+            first = True
+            while True:
+                draft = Draft(state=state, part=part)
+                self.settle(ctx, work, fresh, draft)
+                mark = advance(mark, map(self.id_of, fresh))
+                draft.advance(key, mark)
+                if wants and not asking and first:
+                    self.skip(ctx, work, new, draft)
+                plans = self.split(ctx, draft.plan(self.name, ctx.namespace))
+                yield from plans  # each applied before the next read sees the store
+                state, first = plans[-1].job_state or state, False
+                if not (self.settles_backlog and fresh):
+                    break
+                fresh = list(self.read(ctx, mark))
+                if not fresh:
+                    break
             if not asking:
                 return
-            state = first.job_state or state
         draft = Draft(state=state, part="model" if two_parts else None)
         if asking:
             mark = marks[self.llm_watermark]
@@ -279,6 +298,11 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
 
     def settle(self, ctx: JobContext, work: W, fresh: Sequence[T], draft: Draft) -> None:
         """Plan the deterministic part for the items past its watermark."""
+
+    def split(self, ctx: JobContext, plan: Plan) -> list[Plan]:
+        """The deterministic part's plan as the records to apply it in, in order (the last
+        one saves the job state); by default one."""
+        return [plan]
 
     def skip(self, ctx: JobContext, work: W, new: Sequence[T], draft: Draft) -> None:
         """Note that the LLM part could not run; by default, how much waits for it."""

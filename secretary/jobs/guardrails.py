@@ -52,17 +52,27 @@ def protected_ids(
     return out
 
 
-def drop_protected(changes: Sequence[Sequence[Operation]], protected: Collection[int]) -> Filtered:
+def drop_protected(
+    changes: Sequence[Sequence[Operation]],
+    protected: Collection[int],
+    *,
+    lossless: Collection[int] = (),
+    pinned: Collection[int] = (),
+) -> Filtered:
     """Keep the changes that leave protected memories alone; a change stands or falls whole.
 
     Dropping one operation of a merge (say, the fragment's status) would leave the rest
-    inconsistent, so the whole change goes.
+    inconsistent, so the whole change goes. The changes at the indexes in ``lossless`` merge an
+    exact duplicate into a memory with the same text: protection is there to keep a model from
+    rewriting what a person relies on, not to keep a copy alive, so only a pinned memory
+    (``pinned``, among the protected) holds one back.
     """
     kept: list[int] = []
     dropped: list[int] = []
     hit: set[int] = set()
     for index, operations in enumerate(changes):
-        touched = changed_ids(operations) & set(protected)
+        guarded = set(pinned) & set(protected) if index in lossless else set(protected)
+        touched = changed_ids(operations) & guarded
         if touched:
             dropped.append(index)
             hit.update(touched)
@@ -78,7 +88,12 @@ class ChangeCount:
 
 
 def count_changes(operations: Iterable[Operation]) -> ChangeCount:
-    """Count what a plan does to memories that already exist (creations do not count)."""
+    """Count what a plan does to memories that already exist (creations do not count).
+
+    The runner leaves out the merges of exact duplicates (``Change.lossless``): the cap stops a
+    plan that would retire much at once; such a merge loses no text and is undone like any
+    change, and the auditor writes them in records of at most ``max_changes_per_run`` each.
+    """
     ops = list(operations)
     purged = {op.memory_id for op in ops if isinstance(op, Purge)}
     return ChangeCount(existing=len(changed_ids(ops) - purged), purged=len(purged))

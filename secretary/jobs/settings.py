@@ -53,7 +53,9 @@ class JobsSettings(Section):
     auditor_max_group: int = Field(default=6, ge=2, le=50)
     # auditor: identical text of the same type is an exact duplicate, merged with no model: for
     # facts and preferences always; for events, summaries and tool experiences when both are of
-    # one session, or neither has one and they are at most this many minutes apart.
+    # one session, or neither has one and they are at most this many minutes apart. A run
+    # merges them all, max_items_per_run memories read at a time, recalled or not (the copy's
+    # recalls go to its keeper); a pinned copy is never merged away.
     auditor_duplicate_window_minutes: float = Field(default=60.0, ge=0)
     # consolidator: event fragments within this many minutes of a cluster's first one and at
     # least this similar to the cluster become one summary, once the window has passed.
@@ -73,13 +75,15 @@ class GuardrailSettings(Section):
 
     # Protected memories are never merged, superseded, archived or rewritten by a job: pinned
     # ones, those with importance >= protect_importance (11 = none) and those recalled in the
-    # last protect_accessed_days days (0 = none), unless allow_protected_changes is on.
+    # last protect_accessed_days days (0 = none), unless allow_protected_changes is on. An exact
+    # duplicate's merge is held back by a pinned memory only (secretary.jobs.guardrails).
     protect_importance: int = Field(default=9, ge=1, le=11)
     protect_accessed_days: float = Field(default=7.0, ge=0)
     allow_protected_changes: bool = False
     # A plan changing more existing memories than max_changes_per_run (0 = no limit), or more
     # than max_change_share of the namespace's active memories (once it changes more than
-    # change_share_floor), is refused and recorded; nothing of it is applied.
+    # change_share_floor), is refused and recorded; nothing of it is applied. Merges of exact
+    # duplicates are not counted: they go in records of at most max_changes_per_run each.
     max_changes_per_run: int = Field(default=200, ge=0)
     max_change_share: float = Field(default=0.25, gt=0, le=1)
     change_share_floor: int = Field(default=20, ge=0)

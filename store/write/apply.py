@@ -19,6 +19,7 @@ from store.models import Memory, MemoryRelation
 from store.neighbours import TIMELINE_WEIGHT, together
 from store.operations import (
     UPDATABLE,
+    CarryRecalls,
     CreateMemory,
     CreateRelation,
     InheritRelations,
@@ -49,6 +50,8 @@ def apply_operation(unit: UnitOfWork, op: Operation, created: MutableMapping[str
         relate(unit, source, target, op.type, op.strength, op.description)
     elif isinstance(op, InheritRelations):
         _inherit(unit, op, _id(unit, op.to, created))
+    elif isinstance(op, CarryRecalls):
+        carry_recalls(unit, unit.memory(op.from_id), unit.memory(_id(unit, op.to, created)))
     else:
         _purge(unit, op)
 
@@ -196,6 +199,21 @@ def set_importance(memory: Memory, importance: int) -> None:
     boost = memory.base_importance - memory.importance
     memory.importance = importance
     memory.base_importance = min(10.0, max(float(importance), importance + boost))
+
+
+def carry_recalls(unit: UnitOfWork, source: Memory, keeper: Memory) -> None:
+    """Give ``keeper`` the recalls of ``source`` (see ``CarryRecalls``); ``source`` keeps its own,
+    so that undoing both leaves each as it was."""
+    if source.access_count == 0 and source.last_accessed is None:
+        return
+    unit.touch(keeper)
+    keeper.access_count += source.access_count
+    if keeper.last_accessed is None or (
+        source.last_accessed is not None and source.last_accessed > keeper.last_accessed
+    ):
+        keeper.last_accessed = source.last_accessed
+    boost = source.base_importance - source.importance
+    keeper.base_importance = max(keeper.base_importance, min(10.0, keeper.importance + boost))
 
 
 def _inherit(unit: UnitOfWork, op: InheritRelations, to: int) -> None:

@@ -14,8 +14,10 @@ record (stats "cascade" lists them); undoing that record puts them all back in f
 
 Recall statistics (access_count, last_accessed, base_importance) are neither compared nor
 restored on rows that still exist: a recall after a record is not a change to what it did, and
-undo must not forget that the memory was recalled. A conversation log line an ingest updated
-is put back as it was, as a memory is. Conflict checks live in store.write.undo_conflicts.
+undo must not forget that the memory was recalled. What a record itself added to them (an
+exact duplicate's recalls carried to its keeper) is taken back, recalls made since staying. A
+conversation log line an ingest updated is put back as it was, as a memory is. Conflict checks
+live in store.write.undo_conflicts.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from store.write.undo_conflicts import (
     Action,
     Conflict,
     UndoStep,
+    carried_recalls,
     find_conflicts,
     read_snapshot,
     visible,
@@ -170,7 +173,11 @@ def steps_of(operations: Iterable[MaintenanceOperation]) -> tuple[UndoStep, ...]
             action: Action = "delete"
         elif op.after is None:
             action = "recreate"
-        elif visible(op.before) == visible(op.after) and not op.after.get("forgotten"):
+        elif (
+            visible(op.before) == visible(op.after)
+            and not op.after.get("forgotten")
+            and not carried_recalls(op.before, op.after)
+        ):
             continue  # only derived state or recall statistics changed: nothing to undo
         else:
             action = "restore"

@@ -124,6 +124,14 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def carried_recalls(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> bool:
+    """Whether a record itself changed a memory's recall count or last recall: a merged exact
+    duplicate's recalls carried to its keeper (``CarryRecalls``), which its undo takes back."""
+    if before is None or after is None:
+        return False
+    return any(before.get(name) != after.get(name) for name in ("access_count", "last_accessed"))
+
+
 def strip_recall(image: Mapping[str, Any]) -> Image:
     """Return the image without its recall statistics, which undo neither compares nor restores."""
     return {name: value for name, value in image.items() if name not in RECALL_FIELDS}

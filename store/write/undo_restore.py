@@ -6,12 +6,15 @@ timeline (a memory that leaves it is spliced out first, one that joins it or mov
 by its event time once every row is written), the version (the image's own number when the row
 is back exactly as the record found it, else one more change), and the content hash.
 Recall statistics are kept as they are: a recall after a record is no change to what it did.
+What the record itself added to them (``CarryRecalls``) is taken back, later recalls staying.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from store.clock import parse_timestamp
 from store.images import (
     MEMORY_COLUMNS,
     log_values,
@@ -23,7 +26,14 @@ from store.kinds import MemoryStatus
 from store.models import ConversationLog, Memory, MemoryRelation
 from store.text import content_hash
 from store.write.apply import set_importance
-from store.write.undo_conflicts import TIMELINE_FIELDS, Action, UndoStep, visible
+from store.write.undo_conflicts import (
+    TIMELINE_FIELDS,
+    Action,
+    Image,
+    UndoStep,
+    carried_recalls,
+    visible,
+)
 from store.write.unit import UnitOfWork
 
 _ATTRIBUTE = {column: attr for attr, column in MEMORY_COLUMNS}
@@ -118,6 +128,8 @@ class Restorer:
             else:
                 setattr(memory, _ATTRIBUTE[column], value)
         memory.content_hash = content_hash(memory.content)
+        if carried_recalls(image, step.expected):
+            take_back_recalls(memory, image, step.expected or {})
         if visible(memory_image(memory)) == visible(image):
             # Back exactly as the record found it: the version it had then, so undos in
             # reverse order give back the very rows.
@@ -170,3 +182,30 @@ class Restorer:
             self.unit.deleted(row)
             self.session.delete(row)
         self.session.flush()
+
+
+def take_back_recalls(memory: Memory, before: Image, after: Image) -> None:
+    """Undo what a record added to a memory's recall statistics (``CarryRecalls``): exactly
+    the values before it when nothing was recalled since, else its share alone."""
+    now = memory_image(memory)
+    recalled_since = any(now[name] != after.get(name) for name in _RECALLS)
+    if not recalled_since:
+        memory.access_count = int(before["access_count"])
+        memory.last_accessed = _time(before.get("last_accessed"))
+        if memory.importance == before["importance"]:
+            memory.base_importance = float(before["base_importance"])
+            return
+    else:
+        added = int(after["access_count"]) - int(before["access_count"])
+        memory.access_count = max(0, memory.access_count - added)
+    boost = float(before["base_importance"]) - int(before["importance"])
+    carried = float(after["base_importance"]) - int(after["importance"]) - boost
+    base = memory.base_importance - carried if recalled_since else memory.importance + boost
+    memory.base_importance = min(10.0, max(float(memory.importance), base))
+
+
+_RECALLS = ("access_count", "last_accessed", "base_importance")
+
+
+def _time(value: Any) -> Any:
+    return parse_timestamp(value) if isinstance(value, str) else value

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.operations import (
+    CarryRecalls,
     CreateMemory,
     CreateRelation,
     InheritRelations,
@@ -89,6 +90,8 @@ def tell(op: Operation, texts: Mapping[int, str]) -> str:
     if isinstance(op, InheritRelations):
         froms = ", ".join(f"#{i}" for i in op.from_ids)
         return f"{_ref(op.to, texts)} takes the relations of {froms}"
+    if isinstance(op, CarryRecalls):
+        return f"{_ref(op.to, texts)} takes the recalls of #{op.from_id}"
     if isinstance(op, Purge):
         return f"{_ref(op.memory_id, texts)} is purged"
     return repr(op)

@@ -110,59 +110,111 @@ def test_run_job_protected_memory_is_not_superseded(world: World) -> None:
     assert outcome.stats["protected_ids"] == [old]
 
 
-def test_run_job_recently_recalled_duplicate_is_not_merged(world: World) -> None:
-    world.memories(content="The user is allergic to peanuts.", type="fact", session_id="a")
+def test_drop_protected_lossless_change_is_held_back_by_a_pinned_memory_only() -> None:
+    merge = [SetStatus(memory_id=2, status=MemoryStatus.MERGED, replaced_by=1)]
+
+    recalled = drop_protected([merge], {2}, lossless={0}, pinned=())
+    pinned = drop_protected([merge], {2}, lossless={0}, pinned={2})
+    judged = drop_protected([merge], {2})
+
+    assert (recalled.kept, pinned.dropped, judged.dropped) == ((0,), (0,), (0,))
+
+
+def test_run_job_recently_recalled_duplicate_is_merged_keeping_its_recalls(world: World) -> None:
+    (first,) = world.memories(
+        content="The user is allergic to peanuts.", type="fact", session_id="a"
+    )
     (twin,) = world.memories(
         content="The user is allergic to peanuts.", type="fact", session_id="b"
     )
-    world.store.db.writer.reinforce({twin: 1}, now=NOW - DAY, step=0.1, max_boost=1.0)
+    world.store.db.writer.reinforce({twin: 3}, now=NOW - DAY, step=0.1, max_boost=1.0)
 
     outcome = world.run("auditor")
 
-    assert len(world.active()) == 2
-    assert outcome.stats["protected_ids"] == [twin]
-    record = world.records()[-1]
-    assert (record.id, record.job) == (outcome.record_id, "auditor")
-    assert record.stats["dropped_protected"] == 1
+    assert [m.id for m in world.active()] == [first]
+    assert world.memory(twin).replaced_by_id == first
+    keeper = world.memory(first)
+    assert (keeper.access_count, keeper.last_accessed) == (3, NOW - DAY)
+    assert keeper.base_importance == world.memory(twin).base_importance
+    assert outcome.stats["protected_ids"] == []
+
+
+def test_run_job_pinned_duplicate_is_kept_and_the_message_says_so(world: World) -> None:
+    world.configure(llm=False)
+    (first,) = world.memories(
+        content="The user is allergic to peanuts.", type="fact", session_id="a", pinned=True
+    )
+    (second,) = world.memories(
+        content="The user is allergic to peanuts.", type="fact", session_id="b", pinned=True
+    )
+    (third,) = world.memories(
+        content="The user is allergic to peanuts.", type="fact", session_id="c"
+    )
+
+    outcome = world.run("auditor")
+
+    assert [m.id for m in world.active()] == [first, second]
+    assert world.memory(third).replaced_by_id == first  # a pinned copy is the keeper
+    assert "1 exact duplicate left as they are: pinned" in outcome.message
+    assert outcome.stats["exact_duplicates_pinned"] == [second]
+
+
+def three_archived(world: World, replies: int = 1) -> list[int]:
+    """Three unrelated facts, and a model that archives all of them (an LLM-judged plan)."""
+    world.configure(jobs={"auditor_near_threshold": 0.0})
+    ids = [
+        world.memories(content=text, type="fact", session_id=str(n))[0]
+        for n, text in enumerate(["Maya owns a bike.", "Maya owns a car.", "Maya owns a boat."])
+    ]
+    for _ in range(replies):
+        world.reply({"verdicts": [verdict(i, "archive") for i in ids]})
+    return ids
 
 
 def test_run_job_over_the_change_cap_is_refused_and_recorded(world: World) -> None:
-    world.configure(guardrails={"max_changes_per_run": 3})
-    for session in "abcde":
-        world.memories(content="The user is allergic to peanuts.", type="fact", session_id=session)
+    ids = three_archived(world)
+    world.configure(guardrails={"max_changes_per_run": 2})
 
     outcome = world.run("auditor")
 
     assert outcome.status == "refused"
     assert "max_changes_per_run" in outcome.message
-    assert len(world.active()) == 5  # nothing applied
+    assert [m.id for m in world.active()] == ids  # nothing applied
     (record,) = world.records()[-1:]
     assert record.status == "refused"
     assert "max_changes_per_run" in record.stats["refused"]
-    assert world.store.db.work.job_state("auditor", "maya") == {}
-    assert world.llm_requests == []
 
 
 def test_run_job_over_the_share_of_active_memories_is_refused(world: World) -> None:
+    ids = three_archived(world)
     world.configure(guardrails={"change_share_floor": 1, "max_change_share": 0.25})
-    for session in "abcd":
-        world.memories(content="The user is allergic to peanuts.", type="fact", session_id=session)
 
     outcome = world.run("auditor")
 
     assert outcome.status == "refused"
-    assert "3 of 4 active memories" in outcome.message
-    assert len(world.active()) == 4
+    assert "3 of 3 active memories" in outcome.message
+    assert [m.id for m in world.active()] == ids
 
 
 def test_run_job_refusal_is_retried_within_limits_next_time(world: World) -> None:
+    three_archived(world, replies=2)
     world.configure(guardrails={"max_changes_per_run": 1})
-    for session in "ab":
-        world.memories(content="The user is allergic to peanuts.", type="fact", session_id=session)
-    world.memories(content="The user is allergic to peanuts.", type="fact", session_id="c")
     assert world.run("auditor").status == "refused"
 
     world.configure(guardrails={"max_changes_per_run": 5})
 
     assert world.run("auditor", now=NOW + timedelta(minutes=1)).status == "applied"
+    assert world.active() == []
+
+
+def test_run_job_exact_duplicates_are_not_held_back_by_the_change_cap(world: World) -> None:
+    world.configure(llm=False, guardrails={"max_changes_per_run": 3, "change_share_floor": 1})
+    for session in "abcdefg":
+        world.memories(content="The user is allergic to peanuts.", type="fact", session_id=session)
+
+    outcome = world.run("auditor")
+
+    assert outcome.status == "applied"
     assert len(world.active()) == 1
+    assert len(outcome.records) == 2  # 6 merges, at most 3 a record
+    assert "6 changes applied in 2 records" in outcome.message
