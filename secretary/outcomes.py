@@ -13,12 +13,12 @@ from typing import Any, Literal
 
 from secretary.jobs.base import Plan
 from secretary.jobs.context import LlmCalls
-from secretary.jobs.guardrails import ProtectionFacts, protected_ids
+from secretary.jobs.guardrails import Filtered, ProtectionFacts, drop_protected, protected_ids
 from secretary.jobs.settings import GuardrailSettings
 from store.changes import plural
 from store.database import Database
 from store.kinds import RecordStatus
-from store.operations import changed_ids
+from store.operations import Operation, changed_ids
 
 Status = Literal["applied", "planned", "refused", "failed", "skipped", "nothing"]
 
@@ -61,8 +61,9 @@ def make_outcome(
 
 def protected_targets(
     db: Database, namespace: str, plan: Plan, guardrails: GuardrailSettings, *, now: datetime
-) -> set[int]:
-    """Return the protected memories among those the plan would retire or rewrite."""
+) -> Filtered:
+    """Return which changes of the plan may go ahead: those that retire or rewrite no protected
+    memory (only a pinned one, for the merge of an exact duplicate: ``drop_protected``)."""
     rows = db.memories.many(namespace, changed_ids(plan.operations))
     facts = [
         ProtectionFacts(
@@ -70,7 +71,17 @@ def protected_targets(
         )
         for m in rows
     ]
-    return protected_ids(facts, guardrails, now=now)
+    return drop_protected(
+        [c.operations for c in plan.changes],
+        protected_ids(facts, guardrails, now=now),
+        lossless={i for i, c in enumerate(plan.changes) if c.lossless},
+        pinned={m.id for m in rows if m.pinned},
+    )
+
+
+def capped_operations(plan: Plan) -> list[Operation]:
+    """The operations the change cap counts: all but the merges of exact duplicates."""
+    return [op for c in plan.changes if not c.lossless for op in c.operations]
 
 
 def run_stats(
@@ -185,6 +196,25 @@ def spent_words(stats: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     return "".join(f"; {word}" for word in words)
 
 
+def applied_words(
+    plan: Plan, operations: int, stats: Mapping[str, Any], info: Mapping[str, Any]
+) -> str:
+    """An applied plan in words: what it applied, left out and spent, and what it did not do."""
+    if operations:
+        changes = plural(len(plan.changes), "change")
+        message = f"{changes} applied ({plural(operations, 'operation')})"
+    else:
+        message = "applied nothing (every change was in place already)"
+    message += spent_words(stats, info)
+    if plan.skipped:
+        message += f"; {plan.skipped}: its LLM part was skipped"
+    if plan.stopped:
+        message += f"; stopped early: {plan.stopped}"
+    if plan.left:
+        message += f"; {plan.left}"
+    return message
+
+
 def nothing_words(stats: Mapping[str, Any]) -> str:
     """A run that changed nothing, in words: it dropped what it got, or the model found
     nothing to change, or there was nothing to do."""
@@ -201,3 +231,48 @@ def part_words(outcome: RunOutcome, *, with_record: bool) -> str:
     if with_record and outcome.record_id is not None:
         words += f" (record #{outcome.record_id})"
     return words
+
+
+def run_words(outcomes: Sequence[RunOutcome], *, with_record: bool) -> str:
+    """The parts' words in a run's message. Records one after the other that applied changes
+    of one part (a backlog worked through a read at a time) are said once: "deterministic:
+    437 changes applied in 3 records (#3-#5)"."""
+    said: list[str] = []
+    start = 0
+    while start < len(outcomes):
+        end = start + 1
+        while end < len(outcomes) and _same_batch(outcomes[start], outcomes[end]):
+            end += 1
+        group = outcomes[start:end]
+        if len(group) == 1:
+            said.append(part_words(group[0], with_record=with_record))
+        else:
+            said.append(_batch_words(group))
+        start = end
+    return "; ".join(said)
+
+
+def _part(outcome: RunOutcome) -> str | None:
+    return outcome.plan.part if outcome.plan is not None else None
+
+
+def _same_batch(first: RunOutcome, other: RunOutcome) -> bool:
+    return (
+        first.status == other.status == "applied"
+        and _part(first) == _part(other)
+        and first.record_id is not None
+        and other.record_id is not None
+    )
+
+
+def _batch_words(group: Sequence[RunOutcome]) -> str:
+    changes = sum(int(o.stats.get("changes") or 0) for o in group)
+    records = f"#{group[0].record_id}-#{group[-1].record_id}"
+    words = f"{plural(changes, 'change')} applied in {len(group)} records ({records})"
+    tails: list[str] = []
+    for outcome in group:
+        for tail in outcome.message.split("; ")[1:]:
+            if tail not in tails:
+                tails.append(tail)
+    part = _part(group[0])
+    return (f"{part}: " if part else "") + "; ".join([words, *tails])

@@ -34,21 +34,23 @@ from secretary.approval import plan_stats
 from secretary.config import Settings
 from secretary.jobs.base import BatchFailed, Job, Plan
 from secretary.jobs.context import JobContext, LlmCalls
-from secretary.jobs.guardrails import cap_refusal, count_changes, drop_protected, needs_approval
+from secretary.jobs.guardrails import cap_refusal, count_changes, needs_approval
 from secretary.jobs.registry import get_job
 from secretary.llm.budget import Budget, TokenLedger
 from secretary.llm.client import LlmClient
 from secretary.outcomes import (
     RunOutcome,
     Status,
+    applied_words,
     cap_of,
+    capped_operations,
     current_refusal,
     make_outcome,
     merged_stats,
     nothing_words,
-    part_words,
     protected_targets,
     run_stats,
+    run_words,
     spent_words,
     state_moved,
     with_records,
@@ -221,15 +223,19 @@ class _Run:
             outcome = self._settle(ctx, plan)
             outcomes.append(outcome)
             if outcome.status in ("refused", "planned") and not self.dry_run:
-                break  # what follows builds on this part: it waits until this one is settled
+                # What follows builds on this part: it waits until this one is settled. Known
+                # to follow: the model's part, or the next records of a part split in several.
+                if plan.part == "deterministic" or (plan.changes and plan.job_state is None):
+                    waits = "what follows waits until this is settled"
+                    outcomes[-1] = replace(outcome, message=f"{outcome.message}; {waits}")
+                break
         return self._combine(ctx, outcomes)
 
     def _settle(self, ctx: JobContext, plan: Plan) -> RunOutcome:
         """Apply the guardrails to one plan, then refuse, report, store or apply it."""
         db, name, namespace = ctx.db, self.job.name, self.namespace
         guardrails = ctx.guardrails
-        protected = protected_targets(db, namespace, plan, guardrails, now=self.now)
-        filtered = drop_protected([c.operations for c in plan.changes], protected)
+        filtered = protected_targets(db, namespace, plan, guardrails, now=self.now)
         if filtered.dropped:
             logger.warning(
                 "{}: dropping {} change(s) that would touch protected memories {}",
@@ -246,7 +252,7 @@ class _Run:
             protected_hit=filtered.protected_hit,
         )
         refusal = cap_refusal(
-            count_changes(kept.operations), db.memories.count(namespace), guardrails
+            count_changes(capped_operations(kept)), db.memories.count(namespace), guardrails
         )
         if refusal is not None:
             logger.warning("{} on {}: plan refused: {}", name, namespace, refusal)
@@ -284,16 +290,7 @@ class _Run:
         )
         if applied.record_id is not None:
             self.records.append(applied.record_id)
-        if applied.operations:
-            changes = plural(len(kept.changes), "change")
-            message = f"{changes} applied ({plural(applied.operations, 'operation')})"
-        else:
-            message = "applied nothing (every change was in place already)"
-        message += spent_words(stats, ctx.llm.record_info())
-        if plan.skipped:
-            message += f"; {plan.skipped}: its LLM part was skipped"
-        if plan.stopped:
-            message += f"; stopped early: {plan.stopped}"
+        message = applied_words(kept, applied.operations, stats, ctx.llm.record_info())
         status: Status = "applied" if applied.operations else "nothing"
         return make_outcome(name, namespace, status, message, applied.record_id, stats, kept)
 
@@ -343,6 +340,7 @@ class _Run:
             message = plan.skipped
         else:
             stop = f"; stopped early: {plan.stopped}" if plan.stopped else ""
+            stop += f"; {plan.left}" if plan.left else ""
             message = nothing_words(stats) + stop + spent_words(stats, ctx.llm.record_info())
         return make_outcome(self.job.name, ctx.namespace, status, message, record_id, stats, plan)
 
@@ -354,7 +352,7 @@ class _Run:
         if status in ("nothing", "skipped") and applied:
             status = "applied"
         several = sum(o.record_id is not None for o in outcomes) > 1
-        message = "; ".join(part_words(o, with_record=several) for o in outcomes)
+        message = run_words(outcomes, with_record=several)
         if self.overrode:
             message = f"{self.overrode}: {message}"
         retried = last.plan.answered if ctx.retry_quarantined and last.plan is not None else ()
