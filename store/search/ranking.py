@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
-from store.lexical.index import tokenize
+from store.lexical.index import term_sets
 from store.neighbours import together
 from store.reads.search import SearchRow
 from store.requests import SearchFilters, SearchRequest
@@ -172,7 +172,7 @@ def judged(ranked: Iterable[Ranked], texts: Mapping[int, str], evidence: Evidenc
     """Return the ranked memories with their relevance (``store.search.scoring.relevance``)
     from their cosines and their ``texts``' share of the query's terms."""
     ranked = list(ranked)
-    tokens = tokenize([texts[r.memory_id] for r in ranked])
+    tokens = term_sets([texts[r.memory_id] for r in ranked])
     return [
         replace(
             r,

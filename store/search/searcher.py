@@ -22,7 +22,14 @@ from store.lexical.view import LexicalView
 from store.reads.memories import MemoryReads
 from store.reads.search import ReadAhead, SearchReads
 from store.requests import SearchFilters, SearchRequest
-from store.search.query_shape import QueryShape, Reading, query_terms, query_vector, shape_query
+from store.search.query_shape import (
+    QueryShape,
+    Reading,
+    Vector,
+    query_terms,
+    query_vector,
+    shape_query,
+)
 from store.search.ranking import (
     Breakdown,
     Evidence,
@@ -148,8 +155,9 @@ class Searcher:
         among = self.passing(request)
         broad = None if among is not None or request.filters.empty else request.filters
         view = self.lexical_view(request.namespace)
+        embedded: dict[str, Vector] = {}  # a chat's readings share texts: each embedded once
         answers = [
-            self._vector_hits(request, reading, config.dense_candidates, among, broad)
+            self._vector_hits(request, reading, config.dense_candidates, among, broad, embedded)
             for reading in shape.readings
         ]
         seen: list[Seen] = []
@@ -224,13 +232,15 @@ class Searcher:
         n: int,
         among: frozenset[int] | None,
         broad: SearchFilters | None = None,
+        embedded: dict[str, Vector] | None = None,
     ) -> Callable[[], VectorAnswer]:
         """Embed the query and start the vector query beside the caller; return a function that
         waits for its answer: the nearest memories, or none and why. An index that just failed
         is skipped.
 
         ``broad`` filters are applied by the index, or after it by a wider pool (an older
-        collection whose vectors do not carry what filters read)."""
+        collection whose vectors do not carry what filters read). ``embedded`` keeps the
+        embeddings of the search's texts, so that readings sharing a text embed it once."""
         failure = self._vector_failure
         if failure is not None and self._monotonic() < failure[0]:
             skipped: VectorAnswer = ([], (f"vector index unavailable: {failure[1]}",))
@@ -239,7 +249,14 @@ class Searcher:
             index = self._index()
             if broad is not None and not index.filterable(request.namespace):
                 n *= FILTERED_WIDENING
-            vector = query_vector(shape, index.embed_query)
+            memo = {} if embedded is None else embedded
+
+            def embed(text: str) -> Vector:
+                if text not in memo:
+                    memo[text] = index.embed_query(text)
+                return memo[text]
+
+            vector = query_vector(shape, embed)
         except (VectorIndexError, EmbedderError) as exc:
             failed = self._failed(exc)
             return lambda: failed

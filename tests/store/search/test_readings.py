@@ -180,3 +180,19 @@ def test_relevance_is_the_same_in_a_store_of_10_and_of_10000(tmp_path: Path) -> 
     finally:
         small.close()
         large.close()
+
+
+def test_a_chats_readings_embed_each_text_once(tmp_path: Path) -> None:
+    embedder = FakeEmbedder()
+    store = Store.open(Settings(data_dir=tmp_path), create=True, embedder=embedder)
+    try:
+        store.add_memories(NS, [{"content": EVENTS[0], "timestamp": NOW}], now=NOW)
+        store.indexer.sync()
+        chat = "user: the vet called today\nassistant: oh?\nuser: Pixel has to stay the night"
+        before = len(embedder.calls)
+        assert _search(store, chat).hits
+        texts = [text for batch in embedder.calls[before:] for text in batch]
+        assert sorted(texts) == sorted(set(texts))  # the whole excerpt is also the focus's tail
+        assert chat in texts  # read as given
+    finally:
+        store.close()
