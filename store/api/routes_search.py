@@ -39,7 +39,15 @@ def add_search_route(app: FastAPI, max_k: int) -> None:
         since: Annotated[IsoTime | None, Query(description="ISO-8601")] = None,
         until: Annotated[IsoTime | None, Query(description="ISO-8601")] = None,
         meta: Annotated[list[MetaPair] | None, Query(description="key=value, exact match")] = None,
-        min_score: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+        min_score: Annotated[
+            float | None,
+            Query(
+                allow_inf_nan=False,
+                ge=0,
+                le=1,
+                description="answer no hits unless the best is at least this relevant (0-1)",
+            ),
+        ] = None,
         reinforce: bool = True,
     ) -> dict[str, Any]:
         ns = choose_namespace(caller, namespace)
