@@ -21,12 +21,12 @@ That reading alone loses a memory that the excerpt as a whole is about while its
 is small talk ("it was a rough week."), the usual case when a user tells what is happening
 to them. So a chat is also read as given, a second *reading* (``Reading``): the embedding of
 the whole text (and of its tail, when the text is longer than the model reads); not BM25,
-which over a whole chat follows every word of every turn. Each memory keeps the better of
-its match under the readings (``store.search.ranking.rank``). A chat whose latest turn asks a
-question is about that question: the excerpt's reading is weighted by ``chat_aside`` (0.5);
-one whose latest turn asks nothing is about the whole excerpt: the focus's reading is
-weighted so instead. Turns the excerpt quotes are its *echoes*: the excerpt's reading gives
-them nothing.
+which over a whole chat follows every word of every turn (its dense part weighs as much as a
+focus match's words and meaning together). Each memory keeps the better of its match under
+the readings (``store.search.ranking.rank``). A chat whose latest turn asks a question is
+about that question: the excerpt's reading is weighted by ``chat_aside`` (0.5); one whose
+latest turn asks nothing is about the whole excerpt: the focus's reading is weighted so
+instead. Turns the excerpt quotes are its *echoes*: the excerpt's reading gives them nothing.
 
 A keyword query, a question or a paragraph (one line, however long) is searched as given,
 one reading and one embedding: a memory's own text used as a query is read as it was

@@ -226,9 +226,16 @@ def _usable(rows: Mapping[int, SearchRow], filters: SearchFilters) -> dict[int, 
 
 
 def _reading_parts(evidence: Evidence, settings: RetrievalSettings) -> list[ReadingParts]:
-    """Normalise each reading's evidence into parts (within the reading)."""
+    """Normalise each reading's evidence into parts (within the reading).
+
+    The readings after the first (a chat read as given) have no BM25 part: read by its meaning
+    alone, their best match must weigh what a best match of words and meaning weighs under
+    the focus, so their weight is scaled by (w_lexical + w_dense) / w_dense."""
     found = []
     for index, seen in enumerate(evidence.readings):
+        weight = seen.weight
+        if index and settings.w_dense > 0:
+            weight *= (settings.w_lexical + settings.w_dense) / settings.w_dense
         most_added = settings.w_session * max(seen.sessions.values(), default=0.0)
         most_added += settings.w_period if evidence.periods else 0.0
         found.append(
@@ -236,8 +243,8 @@ def _reading_parts(evidence: Evidence, settings: RetrievalSettings) -> list[Read
                 lexical=lexical_parts(seen.lexical, settings.lexical_exponent),
                 dense=dense_parts((hit.memory_id, hit.similarity) for hit in seen.hits),
                 sessions=seen.sessions,
-                weight=seen.weight,
-                most_added=seen.weight * most_added,
+                weight=weight,
+                most_added=weight * most_added,
                 echoes=evidence.echoes if index else frozenset(),
             )
         )

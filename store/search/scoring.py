@@ -29,7 +29,8 @@ SECONDS_PER_DAY = 86_400.0
 
 @dataclass(frozen=True, kw_only=True)
 class Parts:
-    """The parts of the match, each in [0, 1]."""
+    """The parts of the match, each in [0, 1] within its reading; a hit's parts are those of
+    the reading that gave it its match, times that reading's weight."""
 
     lexical: float = 0.0  # (BM25 score / the query's best BM25 score) ** lexical_exponent
     dense: float = 0.0  # cosine of the memory's vector, scaled over the candidates

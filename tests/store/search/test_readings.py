@@ -89,33 +89,34 @@ def test_a_summary_with_line_breaks_searched_by_its_own_text_finds_it_first(
     assert hits[0].memory.content == SUMMARY
 
 
-def test_chat_whose_cue_is_in_its_earlier_turns_finds_the_memory(store: Store) -> None:
-    excerpt = "\n".join(
-        [
-            "user: I was at the vet all afternoon, the shelter cat I adopted is sick",
-            "user: Pixel stopped eating two days ago and just hides under the bed",
-            "assistant: Oh no, that sounds worrying. What did the vet say?",
-            "user: they want to run some tests tomorrow",
-            "assistant: I see.",
-            "user: yeah. anyway how are you",
-        ]
-    )
-    contents = [hit.memory.content for hit in _search(store, excerpt, k=3).hits]
-    assert EVENTS[0] in contents
+# The cue early, the latest turn small talk (the excerpt leads); the cue only in the latest
+# turn, a question, after unrelated chatter (the focus leads).
+CUE_EARLY = [
+    "user: I was at the vet all afternoon, the shelter cat I adopted is sick",
+    "user: Pixel stopped eating two days ago and just hides under the bed",
+    "assistant: Oh no, that sounds worrying. What did the vet say?",
+    "user: they want to run some tests tomorrow",
+    "assistant: I see.",
+    "user: yeah. anyway how are you",
+]
+CUE_LAST = [
+    "user: work was long today, meetings all morning",
+    "assistant: That sounds tiring. Did you get a break at all?",
+    "user: a short one, I had soup at the place near the office",
+    "assistant: Nice. Anything planned for the weekend?",
+    "user: maybe. do you remember how my cello lessons started?",
+]
 
 
-def test_chat_whose_cue_is_only_in_its_last_line_finds_the_memory(store: Store) -> None:
-    excerpt = "\n".join(
-        [
-            "user: work was long today, meetings all morning",
-            "assistant: That sounds tiring. Did you get a break at all?",
-            "user: a short one, I had soup at the place near the office",
-            "assistant: Nice. Anything planned for the weekend?",
-            "user: maybe. do you remember how my cello lessons started?",
-        ]
-    )
-    contents = [hit.memory.content for hit in _search(store, excerpt, k=3).hits]
-    assert EVENTS[8] in contents
+@pytest.mark.parametrize(
+    ("turns", "wanted"),
+    [(CUE_EARLY, EVENTS[0]), (CUE_LAST, EVENTS[8])],
+    ids=["cue-in-earlier-turns", "cue-only-in-last-line"],
+)
+def test_chat_finds_the_memory_wherever_its_cue_is(
+    store: Store, turns: list[str], wanted: str
+) -> None:
+    assert _search(store, "\n".join(turns)).hits[0].memory.content == wanted
 
 
 def test_keyword_and_one_line_queries_still_work(store: Store) -> None:
