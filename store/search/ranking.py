@@ -97,7 +97,7 @@ class Evidence:
     periods: tuple[Period, ...]
     weight: float = 1.0  # of the main reading's match (a chat that asks nothing: below 1)
     also: tuple[Seen, ...] = ()
-    terms: tuple[frozenset[str], ...] = ()  # the query's BM25 terms (a chat: focus, whole)
+    terms: tuple[frozenset[str], ...] = ()  # the query's BM25 term sets (query_terms)
     echoes: frozenset[str] = frozenset()  # content hashes of the turns a chat quotes
     idf: Mapping[str, float] = field(default_factory=dict)  # of the terms, in the namespace
 
@@ -126,7 +126,7 @@ def rank(
     *,
     now: datetime,
 ) -> tuple[Ranked, ...]:
-    """Rank the evidence: anchors by relevance, then memories added by spreading, then cut.
+    """Rank the evidence: anchors by match, then memories added by spreading, then cut.
 
     Reads rows and relations from ``source``; everything else is pure.
     """
@@ -140,10 +140,10 @@ def rank(
     others = worth_reading(hashes, others, readings, settings=settings)
     rows.update(_usable(source.search_rows(namespace, others), filters))
     parts = {mid: _parts(rows[mid], evidence, readings, settings) for mid in rows}
-    relevances = {mid: match(p, settings) for mid, p in parts.items()}
-    anchors = top_ids(relevances, settings.anchors)
+    matches = {mid: match(p, settings) for mid, p in parts.items()}
+    anchors = top_ids(matches, settings.anchors)
     rows = {mid: rows[mid] for mid in anchors}
-    seeds = {mid: relevances[mid] for mid in anchors[: settings.spread_seeds]}
+    seeds = {mid: matches[mid] for mid in anchors[: settings.spread_seeds]}
     activation = _spread(seeds, rows, source, request, settings)
     for mid in rows.keys() - parts.keys():
         parts[mid] = _parts(rows[mid], evidence, readings, settings)
