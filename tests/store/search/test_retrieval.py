@@ -311,3 +311,16 @@ def test_parse_periods_non_utc_now_counts_days_in_utc() -> None:
     # 01:00 on the 21st at UTC+2 is still the 20th in UTC.
     now = datetime(2023, 10, 21, 1, 0, tzinfo=timezone(timedelta(hours=2)))
     assert parse_periods("yesterday", now)[0].start == _day(2023, 10, 19)
+
+
+def test_the_relevance_model_documented_is_the_one_used() -> None:
+    from pathlib import Path
+
+    from store.search import scoring
+
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "retrieval.md").read_text()
+    formula = (
+        f"exp(-({scoring.RELEVANCE_SIMILARITY} · cosine + {scoring.RELEVANCE_COVERAGE} · "
+        f"coverage - {-scoring.RELEVANCE_BIAS}))"
+    )
+    assert formula in docs
