@@ -234,7 +234,9 @@ def _reading_parts(evidence: Evidence, settings: RetrievalSettings) -> list[Read
     found = []
     for index, seen in enumerate(evidence.readings):
         weight = seen.weight
-        if index and settings.w_dense > 0:
+        # (A dense weight that is all but zero beside the lexical one scales nothing: the
+        # ratio would overflow, and the reading then counts for next to nothing anyway.)
+        if index and settings.w_dense > 1e-9 * (settings.w_lexical + settings.w_dense):
             weight *= (settings.w_lexical + settings.w_dense) / settings.w_dense
         most_added = settings.w_session * max(seen.sessions.values(), default=0.0)
         most_added += settings.w_period if evidence.periods else 0.0

@@ -650,6 +650,26 @@ def test_rank_reads_only_dense_candidates_that_may_be_anchors_and_ranks_the_same
     ]
 
 
+def test_rank_with_a_vanishing_dense_weight_and_a_chat_reading_prunes_exactly() -> None:
+    # Found by the property above: a subnormal w_dense made the excerpt reading's scale
+    # overflow (inf x 0 = nan), and pruning then changed the ranking.
+    source = ChainSource(10, sessions=["a"])
+    lexical = {1: 0.0, 2: 0.0, 3: 1.0, 4: 1.0, 9: 1.0, 10: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}
+    also = (Seen(lexical={1: 1.0}, sessions={}, hits=[], weight=1.0),)
+    evidence = Evidence(lexical=lexical, sessions={}, hits=[VectorHit(memory_id=8, similarity=0.0)],
+                        periods=(), also=also)  # fmt: skip
+    config = RetrievalSettings(anchors=8, w_lexical=1.0, w_dense=5e-324, w_session=0.0,
+                               w_period=0.0, spread_seeds=5)  # fmt: skip
+    request = SearchRequest(namespace=NS, query="q", k=10)
+    pruned = rank(evidence, source, request, config, now=NOW)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ranking_module, "worth_reading", lambda known, others, *a, **k: list(others))
+        every = rank(evidence, source, request, config, now=NOW)
+    assert [(r.memory_id, r.score, r.via) for r in pruned] == [
+        (r.memory_id, r.score, r.via) for r in every
+    ]
+
+
 def test_rank_leaves_unread_the_dense_candidates_that_cannot_be_anchors() -> None:
     source = ChainSource(60, session=None)
     # Memories 1-20 match the words well; all 60 are among the nearest vectors, 60 the least.
