@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, insert, or_, select, update
+from sqlalchemy import Engine, Update, and_, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from store.db import session_factory, transaction
@@ -143,19 +143,11 @@ class DreamRequests:
         error: str | None = None,
     ) -> bool:
         """Mark a request done (failed if ``error``); False if ``picker`` no longer has it."""
-        statement = (
-            update(DreamRequest)
-            .where(
-                DreamRequest.id == request_id,
-                DreamRequest.status == RUNNING,
-                DreamRequest.picked_by == picker,
-            )
-            .values(
-                status=FAILED if error is not None else DONE,
-                finished_at=now,
-                outcomes=[dict(outcome) for outcome in outcomes],
-                error=error,
-            )
+        statement = _held(request_id, picker).values(
+            status=FAILED if error is not None else DONE,
+            finished_at=now,
+            outcomes=[dict(outcome) for outcome in outcomes],
+            error=error,
         )
         with transaction(self._writes) as session:
             return _changed(session, statement)
@@ -165,14 +157,8 @@ class DreamRequests:
     ) -> bool:
         """Store the outcomes of a running request's runs so far (``secretary dream`` and the
         console show them as they come); False if ``picker`` no longer has it."""
-        statement = (
-            update(DreamRequest)
-            .where(
-                DreamRequest.id == request_id,
-                DreamRequest.status == RUNNING,
-                DreamRequest.picked_by == picker,
-            )
-            .values(outcomes=[dict(outcome) for outcome in outcomes])
+        statement = _held(request_id, picker).values(
+            outcomes=[dict(outcome) for outcome in outcomes]
         )
         with transaction(self._writes) as session:
             return _changed(session, statement)
@@ -236,3 +222,12 @@ def _claimable(picker: str, now: datetime) -> Any:
 
 def _changed(session: Session, statement: Any) -> bool:
     return bool(session.execute(statement).rowcount == 1)  # type: ignore[attr-defined]
+
+
+def _held(request_id: int, picker: str) -> Update:
+    """An update of the request while ``picker`` runs it (none once it lost or ended it)."""
+    return update(DreamRequest).where(
+        DreamRequest.id == request_id,
+        DreamRequest.status == RUNNING,
+        DreamRequest.picked_by == picker,
+    )
