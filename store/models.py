@@ -330,3 +330,75 @@ class ConsoleSession(Base):
     key_id: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class Firing(Base):
+    """A night's work shared by the daemons (``store.coordination.firings``): a scheduled job's
+    firing, or a dream request, cut into one unit per namespace. ``key`` makes a firing happen
+    once per time however many daemons fire it ("consolidator@2026-11-28T02:00:00+00:00",
+    "dream:42")."""
+
+    __tablename__ = "firings"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(256), unique=True)
+    # The jobs each unit runs on its namespace, in this order.
+    jobs: Mapped[list[str]] = mapped_column(JSON, default=list)
+    manual: Mapped[bool] = mapped_column(Boolean, default=False)  # asked for: overrides back-off
+    retry_quarantined: Mapped[bool] = mapped_column(Boolean, default=False)
+    opened_by: Mapped[str] = mapped_column(String(256))
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_firings_open", "finished_at", "id"),)
+
+
+class FiringUnit(Base):
+    """One namespace's share of a firing: "pending" -> "running" (under a lease that its daemon
+    renews; an expired one is taken over) -> "done", with what its runs said."""
+
+    __tablename__ = "firing_units"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    firing_id: Mapped[int] = mapped_column(ForeignKey("firings.id", ondelete="CASCADE"))
+    namespace: Mapped[str] = mapped_column(String(128))
+    position: Mapped[int] = mapped_column(Integer)  # the order units are taken in
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    holder: Mapped[str | None] = mapped_column(String(256))
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    claims: Mapped[int] = mapped_column(Integer, default=0)  # more than 1: taken over
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    outcomes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+    __table_args__ = (
+        UniqueConstraint("firing_id", "namespace"),
+        Index("ix_firing_units_claim", "state", "firing_id", "position"),
+        Index("ix_firing_units_namespace", "namespace", "state"),
+    )
+
+
+class RateLimit(Base):
+    """A limit shared by every process of the store (``store.coordination.rate_limits``): its
+    row is the lock that orders reservations, and holds the pause a provider's 429 asked for."""
+
+    __tablename__ = "rate_limits"
+
+    scope: Mapped[str] = mapped_column(String(128), primary_key=True)  # e.g. "llm"
+    paused_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class RateEvent(Base):
+    """One request counted against a scope's limits: when, and the tokens it reserved (then
+    used); rows older than the window are deleted as new ones come."""
+
+    __tablename__ = "rate_events"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(128))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    holder: Mapped[str] = mapped_column(String(256))
+
+    __table_args__ = (Index("ix_rate_events_scope_at", "scope", "at"),)
