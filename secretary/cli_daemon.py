@@ -91,16 +91,15 @@ def schedule() -> None:
 @pass_context
 def schedule_show(ctx: Context, count: int, as_json: bool) -> None:
     """Print each job's schedule, where it comes from, and its next fire times."""
-    from store.coordination.leases import current_lease, holder_gone
+    from store.coordination.leases import live_daemons
 
+    now = utc_now()
     with _book(ctx) as book:
         overrides = book.entries()
-        lease = current_lease(book.table.engine)
-    now = utc_now()
+        daemons = live_daemons(book.table.engine, now)
     plan = plan_schedule(ctx.settings.schedule, overrides, now=now, count=count)
-    live = lease is not None and lease.expires_at > now and not holder_gone(lease.holder)
-    holder = lease.holder if live and lease is not None else None
-    since = lease.acquired_at if live and lease is not None else None
+    holder = ", ".join(daemon.holder for daemon in daemons) or None
+    since = min((daemon.acquired_at for daemon in daemons), default=None)
     if as_json:
         jobs = [{**_job_json(job), "firing": _firing(job, since)} for job in plan]
         click.echo(json.dumps({"daemon": holder, "jobs": jobs}, indent=2))

@@ -202,12 +202,10 @@ class DreamAsk:
 def _live_daemon(store: Any) -> str | None:
     """Return the holder of the store's daemon lease, unless it expired or its process (on
     this host) is gone."""
-    from store.coordination.leases import current_lease, holder_gone
+    from store.coordination.leases import live_daemons
 
-    held = current_lease(store.engine)
-    if held is None or held.expires_at <= utc_now() or holder_gone(held.holder):
-        return None
-    return held.holder
+    daemons = live_daemons(store.engine, utc_now())
+    return ", ".join(daemon.holder for daemon in daemons) or None
 
 
 def _ask_daemon(

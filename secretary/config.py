@@ -69,7 +69,8 @@ class ScheduleBase(Section):
     # is at most this late; several missed runs of one job become one when `coalesce` is on.
     misfire_grace_seconds: int = Field(default=3600, ge=1)
     coalesce: bool = True
-    # Jobs that may run at once (on different namespaces; one namespace runs one job at a time).
+    # No longer read: `[jobs] concurrency` says how many runs go at once. Kept so that a config
+    # file that sets it still loads.
     workers: int = Field(default=2, ge=1, le=32)
     # How often the daemon re-reads schedule changes made with `secretary schedule`.
     poll_seconds: float = Field(default=5.0, gt=0, le=3600)

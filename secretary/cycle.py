@@ -8,8 +8,10 @@ it waits for that run to end and then runs the job itself, finding what the othe
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Protocol
@@ -42,9 +44,11 @@ def run_cycle(
     """Run the jobs (default: all, in order) on the namespaces (default: those with work).
 
     Every job is incremental, so running one on a namespace with nothing new is cheap (and
-    makes no LLM call). A job another process is running on the namespace is waited for, then
-    run (see `_run_in_turn`). ``manual`` runs jobs that back off after failed runs (see
-    ``run_job``); ``watch`` is told of each run as it starts and ends.
+    makes no LLM call). Up to ``[jobs] concurrency`` namespaces run at once, each its jobs in
+    order; the namespaces the longest waiting go first. A job another process is running on
+    the namespace is waited for, then run (see `_run_in_turn`). ``manual`` runs jobs that back
+    off after failed runs (see ``run_job``); ``watch`` is told of each run as it starts and
+    ends.
     """
     names = list(jobs) if jobs else list(JOBS)
     for name in names:
@@ -68,23 +72,38 @@ def run_cycle(
             manual=manual,
         )
 
-    targets = list(namespaces or store.db.work.namespaces_with_work())
+    targets = list(namespaces or store.db.work.namespaces_waiting_longest(names[0]))
     total = len(targets) * len(names)
-    for namespace in targets:
+    told = threading.Lock()  # the watch hears one run at a time, and counts them right
+
+    def run_namespace(namespace: str) -> list[RunOutcome]:
+        done: list[RunOutcome] = []
         for name in names:
             if watch is not None:
-                watch.starting(name, namespace, done=len(outcomes), total=total)
+                with told:
+                    watch.starting(name, namespace, done=len(outcomes), total=total)
             outcome = _run_in_turn(
                 partial(run, name, namespace),
-                patience=settings.jobs.run_lock_seconds,
+                patience=OTHER_RUN_PATIENCE_SECONDS,
                 sleep=sleep,
                 monotonic=monotonic,
             )
             logger.info("{} on {}: {} {}", name, namespace, outcome.status, outcome.message)
-            outcomes.append(outcome)
-            if watch is not None:
-                watch.finished(outcome)
-    return outcomes
+            done.append(outcome)
+            with told:
+                outcomes.append(outcome)
+                if watch is not None:
+                    watch.finished(outcome)
+        return done
+
+    workers = min(settings.jobs.concurrency, len(targets))
+    if workers <= 1:
+        return [outcome for namespace in targets for outcome in run_namespace(namespace)]
+    # Namespaces in parallel (their runs wait on the model, not the host), each one's jobs in
+    # order; the outcomes come back namespace by namespace, as a sequential cycle gives them.
+    with ThreadPoolExecutor(workers, thread_name_prefix="dream") as pool:
+        per_namespace = list(pool.map(run_namespace, targets))
+    return [outcome for done in per_namespace for outcome in done]
 
 
 class CycleWatch(Protocol):
@@ -95,8 +114,10 @@ class CycleWatch(Protocol):
     def finished(self, outcome: RunOutcome) -> None: ...
 
 
-# How often a cycle looks again whether another process's run of a job has ended.
+# How often a cycle looks again whether another process's run of a job has ended, and how long
+# it waits for that run at most (the other run's lease is renewed while it lives).
 BUSY_POLL_SECONDS = 0.5
+OTHER_RUN_PATIENCE_SECONDS = 3600.0
 
 
 def _run_in_turn(
@@ -107,7 +128,7 @@ def _run_in_turn(
     monotonic: Monotonic,
 ) -> RunOutcome:
     """Run a job of a cycle; while another process runs it on the namespace, wait for that run
-    to end (at most ``patience`` seconds, the lease's life) and then run it.
+    to end (at most ``patience`` seconds) and then run it.
 
     A cycle's jobs build on each other (the soul mapper reads what the auditor kept), so a
     second cycle started beside the first must not skip ahead: it follows the first job by job,

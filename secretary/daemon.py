@@ -32,7 +32,7 @@ from secretary.status_config import status_config
 from store.clock import utc_now
 from store.coordination.dream_requests import DreamRequestView
 from store.coordination.dream_worker import Dreamer, run_claimed, run_pending
-from store.coordination.leases import Lease, holder_id
+from store.coordination.leases import Lease, daemon_lease_name, holder_id
 from store.db import DatabaseError, check_schema, make_engine
 from store.service import Store
 
@@ -145,9 +145,10 @@ RESTART_ONLY = ("data_dir", "database", "index", "api")
 def restart_needed(old: Settings, new: Settings) -> list[str]:
     """Return the changed settings that a reload cannot apply (the process must restart)."""
     changed = [name for name in RESTART_ONLY if getattr(old, name) != getattr(new, name)]
-    for name in ("workers", "lease_seconds"):
-        if getattr(old.schedule, name) != getattr(new.schedule, name):
-            changed.append(f"schedule.{name}")
+    if old.schedule.lease_seconds != new.schedule.lease_seconds:
+        changed.append("schedule.lease_seconds")
+    if old.jobs.concurrency != new.jobs.concurrency:
+        changed.append("jobs.concurrency")
     return changed
 
 
@@ -177,7 +178,12 @@ class Daemon:
         self._requests = store.db.dream_requests
         self._dreaming: threading.Thread | None = None
         self.dispatcher = Dispatcher(
-            calls or RunnerCalls(store), settings=settings, clock=clock, on_status=notifier.status
+            calls or RunnerCalls(store),
+            store.db.firings,
+            settings=settings,
+            holder=lease.holder,
+            clock=clock,
+            on_status=notifier.status,
         )
         self.scheduler = JobScheduler(
             table=store.db.schedules,
@@ -212,6 +218,8 @@ class Daemon:
             return DaemonResult(code=code, abandoned=self._shutdown())
         for change in self.scheduler.start():
             logger.info("scheduled {}", change)
+        # Units of firings a daemon left open (killed, or stopped mid-night) are taken at once.
+        self.dispatcher.start()
         self._notifier.ready(f"serving {self._api.address}; scheduler started")
         logger.info("daemon ready: API on {}, scheduler started", self._api.address)
         code = self._loop()
@@ -411,11 +419,14 @@ def run_daemon(
     engine = make_engine(settings.database_url)
     try:
         check_schema(engine)
+        holder = holder_id()
         lease = Lease(
             engine,
-            holder=holder_id(),
+            holder=holder,
             ttl=timedelta(seconds=settings.schedule.lease_seconds),
             clock=clock,
+            # One daemon per SQLite store; on PostgreSQL each daemon holds a lease of its own.
+            name=daemon_lease_name(engine, holder),
         )
         lease.acquire()
         logger.info("holding the store's daemon lease as {}", lease.holder)

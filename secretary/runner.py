@@ -38,6 +38,7 @@ from secretary.jobs.guardrails import cap_refusal, count_changes, needs_approval
 from secretary.jobs.registry import get_job
 from secretary.llm.budget import Budget, TokenLedger
 from secretary.llm.client import LlmClient
+from secretary.llm.throttle import process_throttle
 from secretary.outcomes import (
     RunOutcome,
     Status,
@@ -56,7 +57,7 @@ from secretary.outcomes import (
     with_records,
 )
 from store.changes import plural
-from store.coordination.leases import Lease, LeaseHeld, current_lease, holder_id
+from store.coordination.leases import KEEPER, Lease, LeaseHeld, current_lease, holder_id
 from store.kinds import Outcome
 from store.service import Store
 from store.write.record_info import RecordInfo
@@ -128,9 +129,11 @@ def _run_lock(
         logger.info("{} on {}: {}", job, namespace, exc)
         yield None
         return
+    KEEPER.keep(lock)  # renewed while the run waits on the model too, so it lapses soon if killed
     try:
         yield lock.renew
     finally:
+        KEEPER.drop(lock)
         lock.release()
 
 
@@ -178,6 +181,8 @@ class _Run:
         if refused is not None:
             return make_outcome(name, namespace, "skipped", refused)
         client = llm if llm is not None else LlmClient(self.settings.llm)
+        # Every process of the store shares one rate limit and a provider's Retry-After.
+        client = client.with_throttle(process_throttle(self.store.engine, self.settings.llm))
         if self.job.needs_llm and not client.configured:
             return self._end("skipped", "LLM not configured")
         budget = Budget.for_run(

@@ -163,7 +163,9 @@ class JobScheduler:
         self._applied: dict[str, AppliedKey | None] = {}
         self._scheduler = BackgroundScheduler(
             timezone=zone(settings.timezone),
-            executors={"default": ThreadPoolExecutor(settings.workers)},
+            # A firing waits while the dispatcher runs its units: one thread per job, each job
+            # firing once at a time (max_instances=1 below).
+            executors={"default": ThreadPoolExecutor(len(JOB_NAMES))},
             # The pool's threads are joined at interpreter exit; daemon=True is for the
             # scheduler's own loop thread only.
             daemon=True,

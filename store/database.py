@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 
 from store.coordination.console_sessions import ConsoleSessions
 from store.coordination.dream_requests import DreamRequests
+from store.coordination.firings import Firings
 from store.coordination.rebuilds import RebuildTable
 from store.coordination.schedules import ScheduleTable
 from store.reads.identities import IdentityReads
@@ -25,9 +26,9 @@ from store.write.writer import Writer
 class Database:
     """Given an engine at the newest schema: ``memories``, ``records``, ``work``, ``search``,
     ``identities``, ``listing`` and ``indexing`` read; ``writer`` writes; ``schedules`` is the
-    daemon's schedule table, ``dream_requests`` the queue of requests to dream now,
-    ``rebuilds`` the vector index rebuilds not finished yet and ``console_sessions`` the web
-    console's logins."""
+    daemon's schedule table, ``dream_requests`` the queue of requests to dream now, ``firings``
+    the night's work the daemons share, ``rebuilds`` the vector index rebuilds not finished yet
+    and ``console_sessions`` the web console's logins."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -40,6 +41,7 @@ class Database:
         self.writer = Writer(engine)
         self.schedules = ScheduleTable(engine)
         self.dream_requests = DreamRequests(engine)
+        self.firings = Firings(engine)
         self.indexing = IndexingReads(engine)
         self.rebuilds = RebuildTable(engine)
         self.console_sessions = ConsoleSessions(engine)

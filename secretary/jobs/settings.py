@@ -38,9 +38,14 @@ class JobsSettings(Section):
     failure_backoff_minutes: float = Field(default=5.0, ge=0)
     failure_backoff_max_minutes: float = Field(default=1440.0, ge=0)
     quarantine_after: int = Field(default=3, ge=1, le=100)
+    # Runs at once on different namespaces (a daemon's, and `secretary dream`'s): the model's
+    # latency, not the host, bounds a night, so runs overlap their calls. One namespace runs one
+    # job at a time, its jobs in order. On SQLite the short writes queue for its one writer.
+    concurrency: int = Field(default=8, ge=1, le=256)
     # One run per job and namespace at a time, across processes and hosts: a run holds a lease
-    # in the database for this long, renewed before every LLM call and write.
-    run_lock_seconds: float = Field(default=600.0, ge=10)
+    # in the database for this long, renewed every third of it while the run runs (a run whose
+    # process was killed frees its namespace after at most this).
+    run_lock_seconds: float = Field(default=120.0, ge=10)
     # linker: an associative edge joins two memories at least this similar (cosine), at most
     # linker_max_edges per new memory; linker_typed asks the LLM for causal/thematic edges.
     linker_threshold: float = Field(default=0.7, ge=0, le=1)

@@ -5,6 +5,14 @@ validates the reply with pydantic and, if it is invalid, asks once for a correct
 ``repair`` prompt). Transient failures are retried by tenacity under one predicate
 (``is_transient``); litellm's and the provider SDK's own retries are off so the policy is ours.
 litellm is imported on first use: importing it takes seconds.
+
+With a ``Throttle`` (``secretary.llm.throttle``), every HTTP attempt, each retry included (the
+provider counts them), first waits its turn under the rate limit every daemon of the store
+shares, reserving the prompt's estimate plus the reply cap; once answered it counts the tokens
+used. A failed attempt counts as a request; its tokens are none if the provider refused it (a
+4xx, such as a 429: nothing was processed), else the prompt's estimate (a 5xx, a timeout or a
+lost connection may have been processed, and no reply came). A transient failure with a
+``Retry-After`` pauses every process, not only this one.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from loguru import logger
 from pydantic import BaseModel
@@ -35,6 +43,9 @@ from secretary.llm.errors import LlmCallFailed, LlmInvalidReply, LlmNotConfigure
 from secretary.llm.settings import LlmSettings
 from secretary.llm.usage import LlmUsage
 from store.clock import utc_now
+
+if TYPE_CHECKING:  # the throttle's module opens the store: only the runner brings one
+    from secretary.llm.throttle import Throttle, Ticket
 
 T = TypeVar("T", bound=ReplyModel)
 
@@ -126,8 +137,13 @@ def failure_hint(exc: BaseException, settings: LlmSettings) -> str:
 class LlmClient:
     """Structured completions from the configured model."""
 
-    def __init__(self, settings: LlmSettings) -> None:
+    def __init__(self, settings: LlmSettings, throttle: Throttle | None = None) -> None:
         self._settings = settings
+        self._throttle = throttle
+
+    def with_throttle(self, throttle: Throttle | None) -> LlmClient:
+        """Return a copy of this client whose HTTP attempts wait their turn under ``throttle``."""
+        return LlmClient(self._settings, throttle)
 
     @property
     def configured(self) -> bool:
@@ -147,7 +163,8 @@ class LlmClient:
         JSON, not the expected shape, or every item invalid) is sent back once for repair.
         Raise LlmNotConfigured without a model, BudgetExhausted before a call the budget cannot
         afford, LlmCallFailed if the provider refuses or transient failures outlast the retry
-        bound, and LlmInvalidReply if the repaired reply still has nothing usable.
+        bound, LlmInvalidReply if the repaired reply still has nothing usable, and the
+        throttle's RateLimitUnavailable (nothing sent) if the shared rate limit cannot be read.
         """
         if not self.configured:
             raise LlmNotConfigured()
@@ -210,11 +227,15 @@ class LlmClient:
         prompt_estimate = int(litellm.token_counter(model=self.model, messages=messages))
         if budget is not None:
             budget.ensure_affordable(prompt_estimate + self._settings.max_reply_tokens)
-        response, attempts = self._send(litellm, prompt, messages, response_format_for(schema))
+        response, attempts, ticket = self._send(
+            litellm, prompt, messages, response_format_for(schema), prompt_estimate
+        )
         content = _content_of(response)
         usage = self._usage_of(litellm, response, prompt_estimate, content)
         if budget is not None:
             budget.record(usage.total_tokens)
+        if self._throttle is not None and ticket is not None:
+            self._throttle.settle(ticket, usage.total_tokens)
         logger.info(
             "LLM {} v{} via {}: {} prompt + {} completion tokens, {} attempt(s)",
             prompt.id,
@@ -232,9 +253,25 @@ class LlmClient:
         prompt: RenderedPrompt,
         messages: list[dict[str, str]],
         response_format: dict[str, Any],
-    ) -> tuple[Any, int]:
-        """Call litellm under the retry policy; return the response and the attempts made."""
+        prompt_estimate: int,
+    ) -> tuple[Any, int, Ticket | None]:
+        """Call litellm under the retry policy; return the response, the attempts made and the
+        answered attempt's throttle ticket (None without a throttle)."""
         settings = self._settings
+        tickets: list[Ticket] = []
+
+        def attempt(**request: Any) -> Any:
+            if self._throttle is None:
+                return litellm.completion(**request)
+            ticket = self._throttle.acquire(prompt_estimate + settings.max_reply_tokens)
+            try:
+                response = litellm.completion(**request)
+            except Exception as exc:
+                self._after_failure(self._throttle, ticket, exc, prompt_estimate)
+                raise
+            tickets.append(ticket)
+            return response
+
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
             stop=stop_after_attempt(settings.max_attempts)
@@ -252,7 +289,7 @@ class LlmClient:
         )
         try:
             response = retrying(
-                litellm.completion,
+                attempt,
                 model=settings.model,
                 messages=messages,
                 api_base=settings.api_base or None,
@@ -285,7 +322,18 @@ class LlmClient:
                 retry_after=retry_after(exc),
                 hint=failure_hint(exc, settings),
             ) from exc
-        return response, int(retrying.statistics["attempt_number"])
+        answered = tickets[-1] if tickets else None
+        return response, int(retrying.statistics["attempt_number"]), answered
+
+    @staticmethod
+    def _after_failure(
+        throttle: Throttle, ticket: Ticket, exc: Exception, prompt_estimate: int
+    ) -> None:
+        """Pause every process if the provider asked to wait; count the failed attempt."""
+        wait = retry_after(exc) if is_transient(exc) else None
+        if wait:
+            throttle.pause(wait)
+        throttle.settle(ticket, _failed_attempt_tokens(exc, prompt_estimate))
 
     def _usage_of(
         self, litellm: Any, response: Any, prompt_estimate: int, content: str
@@ -304,6 +352,16 @@ class LlmClient:
             cost=_cost_of(litellm, response, self.model),
             model=self.model,
         )
+
+
+def _failed_attempt_tokens(exc: BaseException, prompt_estimate: int) -> int:
+    """The tokens a failed attempt counts: none if the provider refused it (a 4xx status: it
+    processed nothing), else the prompt's estimate (no reply came, but it may have read it)."""
+    import openai
+
+    status = getattr(exc, "status_code", None)
+    refused = isinstance(exc, openai.APIStatusError) and isinstance(status, int) and status < 500
+    return 0 if refused else prompt_estimate
 
 
 def _strip_code_fence(content: str) -> str:

@@ -1,4 +1,5 @@
-"""The ``[llm]`` settings section: which model, how calls are retried, and token budgets."""
+"""The ``[llm]`` settings section: which model, how calls are retried, token budgets and the
+rate limit every daemon of the store shares."""
 
 from __future__ import annotations
 
@@ -26,3 +27,9 @@ class LlmSettings(Section):
     # per new memory it allows some 500 new memories a day per namespace.
     max_tokens_per_run: int = Field(default=0, ge=0)
     max_tokens_per_day: int = Field(default=300_000, ge=0)
+    # Requests (each HTTP attempt, retries too) sent to the model in any 60 s, by every process
+    # of the store together; 0 = no limit. Set it a little under the provider's limit.
+    max_requests_per_minute: int = Field(default=0, ge=0)
+    # Tokens (prompt + reply cap reserved before each attempt, the tokens used once it is
+    # answered) in any 60 s, by every process of the store together; 0 = no limit.
+    max_tokens_per_minute: int = Field(default=0, ge=0)

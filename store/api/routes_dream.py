@@ -24,7 +24,7 @@ from store.api.errors import ApiError
 from store.api.responses import ERRORS
 from store.coordination.dream_requests import DreamRequestView
 from store.coordination.dream_worker import Dreamer
-from store.coordination.leases import current_lease
+from store.coordination.leases import live_daemons
 from store.shapes.dreams import request_json
 
 RequestId = Annotated[int, Path(ge=1, le=MAX_ID)]
@@ -135,8 +135,7 @@ def add_dream_routes(app: FastAPI, dreamer: Dreamer | None) -> None:
             )
             for target in _namespaces(caller, namespace)
         ]
-        daemon = current_lease(state.store.engine)
-        running = daemon is not None and daemon.expires_at > now
+        running = bool(live_daemons(state.store.engine, now))
         return {"id": ids[0], "ids": ids, "daemon_running": running}
 
     @app.get(

@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from store.clock import utc_now
 from store.coordination.dream_requests import DreamRequests, DreamRequestView
-from store.coordination.leases import Lease, current_lease, holder_gone, holder_id
+from store.coordination.leases import Lease, holder_id, live_daemons
 
 RunRequest = Callable[[DreamRequestView], Sequence[Mapping[str, Any]] | None]
 
@@ -175,10 +175,7 @@ class DreamWorker:
             return 0
 
     def _daemon_running(self) -> bool:
-        daemon = current_lease(self._engine)
-        if daemon is None or daemon.expires_at <= self._clock():
-            return False
-        return not holder_gone(daemon.holder)
+        return bool(live_daemons(self._engine, self._clock()))
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self._dreamer.lease_seconds / 3):

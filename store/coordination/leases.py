@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
 
+from loguru import logger
 from sqlalchemy import Engine, delete, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from store.clock import utc_now
 from store.errors import StoreError
@@ -72,6 +74,37 @@ def holder_gone(holder: str) -> bool:
     except PermissionError:  # alive, under another user
         return False
     return False
+
+
+def daemon_lease_name(engine: Engine, holder: str) -> str:
+    """The name of the daemon lease ``holder`` takes on the store behind ``engine``.
+
+    On SQLite one daemon acts on a store (its single writer would serialise several anyway): the
+    lease is one row, "daemon". On PostgreSQL several daemons share the work (their runs are
+    claimed in ``store.coordination.firings``): each holds a row of its own, "daemon:HOLDER".
+    """
+    if engine.dialect.name == "postgresql":
+        return f"{DAEMON_LEASE}:{holder}"
+    return DAEMON_LEASE
+
+
+def live_daemons(engine: Engine, now: datetime) -> list[LeaseInfo]:
+    """The daemons acting on the store: their leases, unexpired and not held by a process of
+    this host that is gone, oldest first."""
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(DaemonLease.holder, DaemonLease.acquired_at, DaemonLease.expires_at)
+            .where(
+                or_(DaemonLease.name == DAEMON_LEASE, DaemonLease.name.like(f"{DAEMON_LEASE}:%")),
+                DaemonLease.expires_at > now,
+            )
+            .order_by(DaemonLease.acquired_at)
+        ).all()
+    return [
+        LeaseInfo(holder=row.holder, acquired_at=row.acquired_at, expires_at=row.expires_at)
+        for row in rows
+        if not holder_gone(row.holder)
+    ]
 
 
 def current_lease(engine: Engine, name: str = DAEMON_LEASE) -> LeaseInfo | None:
@@ -193,3 +226,42 @@ class Lease:
         traceback: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class LeaseKeeper:
+    """Renews the leases given to it every third of their ttl, in one thread, until they are
+    taken back: a lease then lapses soon after its process dies (SIGKILL, a lost host), however
+    long its holder waits between its own renewals (a slow model call)."""
+
+    def __init__(self) -> None:
+        self._leases: dict[int, Lease] = {}
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def keep(self, lease: Lease) -> None:
+        with self._changed:
+            self._leases[id(lease)] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="leases", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def drop(self, lease: Lease) -> None:
+        with self._changed:
+            self._leases.pop(id(lease), None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                leases = list(self._leases.values())
+                wait = min((lease.ttl.total_seconds() / 3 for lease in leases), default=None)
+                self._changed.wait(wait)
+                leases = list(self._leases.values())
+            for lease in leases:
+                try:
+                    lease.renew()
+                except SQLAlchemyError as exc:  # the holder's next renewal says whether it lost it
+                    logger.warning("cannot renew lease {}: {}", lease.name, exc)
+
+
+KEEPER = LeaseKeeper()  # the process's: run leases are kept alive while their runs run

@@ -96,6 +96,20 @@ class WorkReads:
             logs = set(session.scalars(select(ConversationLog.namespace).distinct()))
         return sorted(memories | logs)
 
+    def namespaces_waiting_longest(self, job: str) -> list[str]:
+        """Return the namespaces with work, those ``job`` never served first, then the one it
+        served longest ago (its state's last change): a night cut short leaves the longest
+        waiting served."""
+        names = self.namespaces_with_work()
+        with self._session() as session:
+            served = {
+                row.namespace: row.updated_at
+                for row in session.execute(
+                    select(JobState.namespace, JobState.updated_at).where(JobState.job == job)
+                )
+            }
+        return sorted(names, key=lambda name: (name in served, served.get(name) or 0, name))
+
     def outbox(self, *, limit: int, namespace: str | None = None) -> list[OutboxEntry]:
         """Return the oldest pending outbox entries."""
         query = select(IndexOutbox).order_by(IndexOutbox.id).limit(limit)

@@ -13,31 +13,28 @@ import sys
 import threading
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
 import pytest
 from freezegun import freeze_time
-from sqlalchemy.exc import OperationalError
 
 from secretary.config import ConfigError, Settings
 from secretary.daemon import Daemon, Every, restart_needed
-from secretary.dispatch import Dispatcher, NamespaceLocks
+from secretary.dispatch import Dispatcher
 from secretary.jobs.registry import JOB_NAMES
 from secretary.notify import Notifier, watchdog_interval
-from secretary.outcomes import RunOutcome, make_outcome
 from secretary.scheduler import ScheduleBook
 from store.clock import utc_now
 from store.coordination.dream_requests import DreamRequestView
 from store.coordination.leases import Lease, current_lease
 from store.coordination.schedules import ScheduleTable
 from store.db import make_engine, upgrade
-from store.errors import SecretaryError
 from store.service import Store
+from tests.helpers.blocking_calls import BlockingCalls
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 10.0  # seconds: the bound on every wait for another thread
@@ -140,252 +137,6 @@ def test_watchdog_interval_is_half_the_timeout_for_this_pid(
     assert watchdog_interval(env, 42) == expected
 
 
-# -- per-namespace serialisation ---------------------------------------------------------------
-
-
-class BlockingCalls:
-    """Fake jobs: each run signals that it started, then waits until the test releases it."""
-
-    def __init__(self, namespaces: Sequence[str], fail: Sequence[str] = ()) -> None:
-        self._namespaces = list(namespaces)
-        self._fail = set(fail)
-        self._lock = threading.Lock()
-        self.entered: defaultdict[tuple[str, str], threading.Event] = defaultdict(threading.Event)
-        self.release: defaultdict[tuple[str, str], threading.Event] = defaultdict(threading.Event)
-        self.log: list[tuple[str, str, str]] = []
-        self.active: defaultdict[str, int] = defaultdict(int)
-        self.overlaps: list[str] = []
-        self.retried: list[bool] = []
-        self.progressed: list[int] = []
-
-    def namespaces(self) -> Sequence[str]:
-        return self._namespaces
-
-    def run_now(
-        self,
-        job: str,
-        namespace: str,
-        *,
-        settings: Settings,
-        now: datetime,
-        retry_quarantined: bool,
-    ) -> RunOutcome:
-        status = self.run(job, namespace, settings=settings, now=now)
-        self.retried.append(retry_quarantined)
-        return make_outcome(job, namespace, "applied", status, record_id=len(self.log))
-
-    def progress(self, request: DreamRequestView, outcomes: Sequence[Mapping[str, Any]]) -> None:
-        self.progressed.append(len(outcomes))
-
-    def run(self, job: str, namespace: str, *, settings: Settings, now: datetime) -> str:
-        with self._lock:
-            self.log.append(("start", job, namespace))
-            self.active[namespace] += 1
-            if self.active[namespace] > 1:
-                self.overlaps.append(namespace)
-        self.entered[job, namespace].set()
-        try:
-            if namespace in self._fail:
-                raise SecretaryError(f"{job} broke on {namespace}")
-            assert self.release[job, namespace].wait(WAIT)
-            return "applied"
-        finally:
-            with self._lock:
-                self.active[namespace] -= 1
-                self.log.append(("end", job, namespace))
-
-
-def fire_in_thread(dispatcher: Dispatcher, job: str) -> threading.Thread:
-    thread = threading.Thread(target=dispatcher.fire, args=(job,), daemon=True)
-    thread.start()
-    return thread
-
-
-def dispatcher_with(calls: BlockingCalls, **kwargs: object) -> tuple[Dispatcher, threading.Event]:
-    waiting = threading.Event()
-    locks = NamespaceLocks(on_wait=lambda _: waiting.set())
-    return Dispatcher(calls, settings=Settings(), locks=locks, **kwargs), waiting  # type: ignore[arg-type]
-
-
-def test_dispatcher_same_namespace_runs_never_overlap() -> None:
-    calls = BlockingCalls(["maya"])
-    dispatcher, waiting = dispatcher_with(calls)
-    linker = fire_in_thread(dispatcher, "linker")
-    assert calls.entered["linker", "maya"].wait(WAIT)
-    auditor = fire_in_thread(dispatcher, "auditor")
-    assert waiting.wait(WAIT)  # the auditor is queued behind the linker on "maya"
-    assert not calls.entered["auditor", "maya"].is_set()
-    calls.release["linker", "maya"].set()
-    assert calls.entered["auditor", "maya"].wait(WAIT)
-    calls.release["auditor", "maya"].set()
-    linker.join(WAIT)
-    auditor.join(WAIT)
-    assert calls.overlaps == []
-    assert calls.log == [
-        ("start", "linker", "maya"),
-        ("end", "linker", "maya"),
-        ("start", "auditor", "maya"),
-        ("end", "auditor", "maya"),
-    ]
-    assert dispatcher.wait_idle(WAIT)
-
-
-def test_namespace_locks_other_namespace_is_not_blocked() -> None:
-    locks = NamespaceLocks(on_wait=lambda ns: pytest.fail(f"waited for {ns}"))
-    assert locks.acquire("maya")
-    assert locks.acquire("sam")  # would wait (and fail the test) if namespaces shared a lock
-    locks.release("maya")
-    locks.release("sam")
-
-
-def test_dispatcher_stop_cancels_waiting_runs_and_waits_for_the_running_one() -> None:
-    calls = BlockingCalls(["maya"])
-    dispatcher, waiting = dispatcher_with(calls)
-    linker = fire_in_thread(dispatcher, "linker")
-    assert calls.entered["linker", "maya"].wait(WAIT)
-    auditor = fire_in_thread(dispatcher, "auditor")
-    assert waiting.wait(WAIT)
-    dispatcher.stop()
-    auditor.join(WAIT)
-    assert not auditor.is_alive()
-    assert not calls.entered["auditor", "maya"].is_set()  # cancelled, never started
-    assert dispatcher.running() == ["linker for maya"]
-    assert not dispatcher.wait_idle(0)
-    calls.release["linker", "maya"].set()
-    assert dispatcher.wait_idle(WAIT)
-    linker.join(WAIT)
-    dispatcher.fire("retention")  # after stop nothing new starts
-    assert ("start", "retention", "maya") not in calls.log
-
-
-def test_dispatcher_failure_on_one_namespace_lets_the_next_run() -> None:
-    calls = BlockingCalls(["broken", "fine"], fail=["broken"])
-    statuses: list[str] = []
-    dispatcher, _ = dispatcher_with(calls, on_status=statuses.append)
-    calls.release["linker", "fine"].set()
-    dispatcher.fire("linker")
-    assert [entry for entry in calls.log if entry[0] == "end"] == [
-        ("end", "linker", "broken"),
-        ("end", "linker", "fine"),
-    ]
-    assert statuses == ["running linker for broken", "idle", "running linker for fine", "idle"]
-
-
-def test_dispatcher_database_down_skips_the_firing() -> None:
-    class Down(BlockingCalls):
-        def namespaces(self) -> Sequence[str]:
-            raise OperationalError("SELECT", {}, Exception("connection refused"))
-
-    calls = Down(["maya"])
-    dispatcher, _ = dispatcher_with(calls)
-    dispatcher.fire("linker")
-    assert calls.log == []
-    assert dispatcher.wait_idle(0)
-
-
-# -- dream requests through the dispatcher -----------------------------------------------------
-
-
-def dream_request(
-    request_id: int = 1,
-    namespace: str | None = "maya",
-    jobs: tuple[str, ...] = (),
-    retry_quarantined: bool = False,
-) -> DreamRequestView:
-    return DreamRequestView(
-        id=request_id,
-        namespace=namespace,
-        jobs=jobs,
-        retry_quarantined=retry_quarantined,
-        requested_by="test",
-        requested_at=T0,
-        status="running",
-        picked_by="me",
-        started_at=T0,
-        finished_at=None,
-        outcomes=(),
-        error=None,
-    )
-
-
-def test_dispatcher_dream_runs_every_job_in_order_on_each_namespace() -> None:
-    calls = BlockingCalls(["maya", "sam"])
-    for job in JOB_NAMES:
-        for namespace in ("maya", "sam"):
-            calls.release[job, namespace].set()
-    dispatcher, _ = dispatcher_with(calls)
-
-    outcomes = dispatcher.dream(dream_request(namespace=None, retry_quarantined=True))
-
-    assert outcomes is not None
-    assert [(o["namespace"], o["job"]) for o in outcomes] == [
-        (namespace, job) for namespace in ("maya", "sam") for job in JOB_NAMES
-    ]
-    assert {o["status"] for o in outcomes} == {"applied"}
-    assert set(outcomes[0]) == {"job", "namespace", "status", "record_id", "records", "message"}
-    assert set(calls.retried) == {True}
-    # Each run's outcome is kept as it ends, for `secretary dream` and the console to follow.
-    assert calls.progressed == list(range(1, len(outcomes) + 1))
-    assert dispatcher.wait_idle(0)
-
-
-def test_dispatcher_dream_waits_for_a_firing_on_the_same_namespace() -> None:
-    calls = BlockingCalls(["maya"])
-    dispatcher, waiting = dispatcher_with(calls)
-    firing = fire_in_thread(dispatcher, "linker")
-    assert calls.entered["linker", "maya"].wait(WAIT)
-    result: list[list[dict[str, object]] | None] = []
-    request = threading.Thread(
-        target=lambda: result.append(dispatcher.dream(dream_request(jobs=("auditor",))))
-    )
-    request.start()
-    assert waiting.wait(WAIT)  # the request's auditor is queued behind the linker
-    assert not calls.entered["auditor", "maya"].is_set()
-    calls.release["linker", "maya"].set()
-    calls.release["auditor", "maya"].set()
-    request.join(WAIT)
-    firing.join(WAIT)
-    assert calls.overlaps == []
-    assert [entry[1] for entry in calls.log] == ["linker", "linker", "auditor", "auditor"]
-    assert result[0] is not None
-    assert [o["job"] for o in result[0]] == ["auditor"]
-
-
-def test_dispatcher_dream_stopped_midway_returns_none() -> None:
-    calls = BlockingCalls(["maya"])
-    dispatcher, _ = dispatcher_with(calls)
-    result: list[list[dict[str, object]] | None] = []
-    request = threading.Thread(
-        target=lambda: result.append(dispatcher.dream(dream_request(jobs=("linker", "auditor"))))
-    )
-    request.start()
-    assert calls.entered["linker", "maya"].wait(WAIT)
-    dispatcher.stop()
-    calls.release["linker", "maya"].set()
-    request.join(WAIT)
-    assert result == [None]  # the auditor never ran: the request is left for the next daemon
-    assert not calls.entered["auditor", "maya"].is_set()
-    assert dispatcher.dream(dream_request()) is None
-
-
-def test_dispatcher_dream_unknown_job_fails_before_anything_runs() -> None:
-    calls = BlockingCalls(["maya"])
-    dispatcher, _ = dispatcher_with(calls)
-    with pytest.raises(SecretaryError, match="unknown job 'dreamer'"):
-        dispatcher.dream(dream_request(jobs=("auditor", "dreamer")))
-    assert calls.log == []
-
-
-def test_dispatcher_dream_a_run_that_escapes_is_a_failed_outcome() -> None:
-    calls = BlockingCalls(["maya"], fail=["maya"])
-    dispatcher, _ = dispatcher_with(calls)
-    outcomes = dispatcher.dream(dream_request(jobs=("linker",)))
-    assert outcomes is not None
-    assert [(o["status"], o["message"]) for o in outcomes] == [
-        ("failed", "SecretaryError: linker broke on maya")
-    ]
-
-
 # -- small pure parts --------------------------------------------------------------------------
 
 
@@ -403,10 +154,11 @@ def test_restart_needed_lists_what_a_reload_cannot_apply() -> None:
     new = old.model_copy(
         update={
             "api": old.api.model_copy(update={"port": 9999}),
-            "schedule": old.schedule.model_copy(update={"workers": 4, "consolidator": "0 4 * * *"}),
+            "schedule": old.schedule.model_copy(update={"consolidator": "0 4 * * *"}),
+            "jobs": old.jobs.model_copy(update={"concurrency": 16}),
         }
     )
-    assert restart_needed(old, new) == ["api", "schedule.workers"]
+    assert restart_needed(old, new) == ["api", "jobs.concurrency"]
     assert restart_needed(old, old) == []
 
 
@@ -541,6 +293,12 @@ def store(tmp_path: Path) -> Iterator[Store]:
     opened = Store.open(Settings(data_dir=tmp_path / "data"), create=True)
     yield opened
     opened.close()
+
+
+def fire_in_thread(dispatcher: Dispatcher, job: str) -> threading.Thread:
+    thread = threading.Thread(target=dispatcher.fire, args=(job,), daemon=True)
+    thread.start()
+    return thread
 
 
 def make_daemon(

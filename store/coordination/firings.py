@@ -1,0 +1,366 @@
+"""Firings: a night's work cut into units that every daemon of the store takes from.
+
+A firing is a scheduled job's firing or a dream request. Its ``key`` ("linker@2026-11-28T02:00:00
++00:00", "dream:42") makes it happen once however many daemons fire it: the first opens it with
+one unit per namespace, the others find it open and help. A unit runs the firing's jobs, in order,
+on its namespace, under a lease its daemon renews; a unit whose lease lapsed (its daemon was
+killed) is taken over by another, and ``claims`` counts the takes.
+
+Claims are serialised (on PostgreSQL by a transaction-scoped advisory lock, on SQLite by the write
+lock a write session takes at BEGIN), so the rules a claim checks hold across daemons:
+
+- a namespace runs one unit at a time: none is claimed while another unit on it runs under a live
+  lease;
+- a namespace's units run in the order of their firings: a unit waits while one of an earlier
+  firing on its namespace is not done;
+- units are taken by firing, then by ``position`` (the opener's order: longest waiting first).
+
+A claim then marks the unit with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so that a row being
+finished or renewed is never waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, and_, exists, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, aliased
+
+from store.db import session_factory, transaction
+from store.models import Firing, FiringUnit
+
+PENDING, RUNNING, DONE = "pending", "running", "done"
+# pg_advisory_xact_lock's key for claims: any constant the store uses for nothing else.
+CLAIM_LOCK = 0x5EC7_F121
+
+
+@dataclass(frozen=True, kw_only=True)
+class FiringView:
+    id: int
+    key: str
+    jobs: tuple[str, ...]
+    manual: bool
+    retry_quarantined: bool
+    opened_by: str
+    opened_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnitView:
+    id: int
+    firing: FiringView
+    namespace: str
+    state: str
+    holder: str | None
+    lease_until: datetime | None
+    claims: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcomes: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FiringProgress:
+    """How far an open firing is: units done, running under a live lease, and left."""
+
+    firing: FiringView
+    done: int
+    running: int
+    left: int
+    first_started_at: datetime | None
+    # Each holder's running units' namespaces.
+    holders: Mapping[str, tuple[str, ...]]
+
+    @property
+    def total(self) -> int:
+        return self.done + self.running + self.left
+
+    def estimated_end(self, now: datetime) -> datetime | None:
+        """When the firing ends at the pace of its units so far (None before one is done)."""
+        if self.first_started_at is None or not self.done:
+            return None
+        pace = (now - self.first_started_at) / self.done
+        return now + pace * (self.left + self.running)
+
+
+class Firings:
+    """Reads and writes ``firings`` and ``firing_units``; callers run the jobs."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._reads = session_factory(engine)
+        self._writes = session_factory(engine, write=True)
+
+    # -- opening ----------------------------------------------------------------------------------
+
+    def open(
+        self,
+        key: str,
+        *,
+        jobs: Sequence[str],
+        namespaces: Sequence[str],
+        opened_by: str,
+        now: datetime,
+        manual: bool = False,
+        retry_quarantined: bool = False,
+    ) -> tuple[FiringView, bool]:
+        """Open the firing ``key`` with a unit per namespace (in their order); return it and
+        whether this call opened it (False: another daemon had, and its units stand)."""
+        try:
+            with transaction(self._writes) as session:
+                firing_id = session.scalar(
+                    insert(Firing)
+                    .values(
+                        key=key,
+                        jobs=list(jobs),
+                        manual=manual,
+                        retry_quarantined=retry_quarantined,
+                        opened_by=opened_by,
+                        opened_at=now,
+                        finished_at=None if namespaces else now,
+                    )
+                    .returning(Firing.id)
+                )
+                if namespaces:
+                    session.execute(
+                        insert(FiringUnit),
+                        [
+                            {
+                                "firing_id": firing_id,
+                                "namespace": namespace,
+                                "position": position,
+                                "state": PENDING,
+                                "claims": 0,
+                                "outcomes": [],
+                            }
+                            for position, namespace in enumerate(dict.fromkeys(namespaces))
+                        ],
+                    )
+            opened = True
+        except IntegrityError:
+            opened = False
+        found = self.get(key)
+        assert found is not None  # inserted, or the other opener's row the key collided with
+        return found, opened
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def get(self, key: str) -> FiringView | None:
+        with self._reads() as session:
+            row = session.scalars(select(Firing).where(Firing.key == key)).first()
+            return None if row is None else _firing_view(row)
+
+    def open_firings(self) -> list[FiringView]:
+        """Firings with units not done, oldest first."""
+        with self._reads() as session:
+            rows = session.scalars(
+                select(Firing).where(Firing.finished_at.is_(None)).order_by(Firing.id)
+            ).all()
+            return [_firing_view(row) for row in rows]
+
+    def units(self, firing_id: int) -> list[UnitView]:
+        """A firing's units in their order."""
+        with self._reads() as session:
+            firing = session.get(Firing, firing_id)
+            if firing is None:
+                return []
+            view = _firing_view(firing)
+            rows = session.scalars(
+                select(FiringUnit)
+                .where(FiringUnit.firing_id == firing_id)
+                .order_by(FiringUnit.position)
+            ).all()
+            return [_unit_view(row, view) for row in rows]
+
+    def progress(self, firing: FiringView, *, now: datetime) -> FiringProgress:
+        with self._reads() as session:
+            rows = session.execute(
+                select(
+                    FiringUnit.state,
+                    FiringUnit.holder,
+                    FiringUnit.lease_until,
+                    FiringUnit.namespace,
+                    FiringUnit.started_at,
+                ).where(FiringUnit.firing_id == firing.id)
+            ).all()
+        done = running = left = 0
+        holders: dict[str, list[str]] = {}
+        starts = [row.started_at for row in rows if row.started_at is not None]
+        for row in rows:
+            if row.state == DONE:
+                done += 1
+            elif row.state == RUNNING and row.lease_until is not None and row.lease_until > now:
+                running += 1
+                holders.setdefault(row.holder or "?", []).append(row.namespace)
+            else:
+                left += 1
+        return FiringProgress(
+            firing=firing,
+            done=done,
+            running=running,
+            left=left,
+            first_started_at=min(starts) if starts else None,
+            holders={holder: tuple(names) for holder, names in holders.items()},
+        )
+
+    # -- claiming and finishing -------------------------------------------------------------------
+
+    def claim(
+        self, *, holder: str, now: datetime, ttl: timedelta, key_prefix: str | None = None
+    ) -> UnitView | None:
+        """Take the first unit the rules allow (see the module docstring) for ``ttl``, of a
+        firing whose key starts with ``key_prefix`` if given; None if no unit may run now."""
+        other = aliased(FiringUnit)
+        busy_elsewhere = exists().where(
+            other.namespace == FiringUnit.namespace,
+            other.id != FiringUnit.id,
+            or_(
+                and_(other.state == RUNNING, other.lease_until > now),
+                and_(other.firing_id < FiringUnit.firing_id, other.state != DONE),
+            ),
+        )
+        candidate = (
+            select(FiringUnit)
+            .join(Firing, Firing.id == FiringUnit.firing_id)
+            .where(
+                Firing.finished_at.is_(None),
+                or_(
+                    FiringUnit.state == PENDING,
+                    and_(FiringUnit.state == RUNNING, FiringUnit.lease_until <= now),
+                ),
+                ~busy_elsewhere,
+                *([Firing.key.startswith(key_prefix)] if key_prefix else []),
+            )
+            .order_by(FiringUnit.firing_id, FiringUnit.position)
+            .limit(1)
+            .with_for_update(skip_locked=True, of=FiringUnit)
+        )
+        with transaction(self._writes) as session:
+            _serialise_claims(session)
+            unit = session.scalars(candidate).first()
+            if unit is None:
+                return None
+            unit.state = RUNNING
+            unit.holder = holder
+            unit.lease_until = now + ttl
+            unit.claims += 1
+            unit.started_at = unit.started_at or now
+            firing = session.get(Firing, unit.firing_id)
+            assert firing is not None  # the unit's foreign key
+            return _unit_view(unit, _firing_view(firing))
+
+    def renew(self, unit_ids: Sequence[int], *, holder: str, now: datetime, ttl: timedelta) -> int:
+        """Extend the leases of ``holder``'s running units; return how many are still its."""
+        if not unit_ids:
+            return 0
+        statement = (
+            update(FiringUnit)
+            .where(
+                FiringUnit.id.in_(list(unit_ids)),
+                FiringUnit.holder == holder,
+                FiringUnit.state == RUNNING,
+            )
+            .values(lease_until=now + ttl)
+        )
+        with transaction(self._writes) as session:
+            return int(session.execute(statement).rowcount)  # type: ignore[attr-defined]
+
+    def progress_of_unit(
+        self, unit_id: int, *, holder: str, outcomes: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        """Store what a running unit's runs said so far; False if ``holder`` lost it."""
+        return self._update_held(unit_id, holder, outcomes=[dict(o) for o in outcomes])
+
+    def finish(
+        self,
+        unit_id: int,
+        *,
+        holder: str,
+        outcomes: Sequence[Mapping[str, Any]],
+        now: datetime,
+    ) -> bool:
+        """Mark ``holder``'s unit done with its outcomes, and its firing once every unit is;
+        False if the unit is no longer ``holder``'s (its lease lapsed and another took it)."""
+        with transaction(self._writes) as session:
+            statement = _held(unit_id, holder).values(
+                state=DONE, finished_at=now, lease_until=None, outcomes=[dict(o) for o in outcomes]
+            )
+            if session.execute(statement).rowcount != 1:  # type: ignore[attr-defined]
+                return False
+            firing_id = session.scalar(select(FiringUnit.firing_id).where(FiringUnit.id == unit_id))
+            unfinished = exists().where(FiringUnit.firing_id == firing_id, FiringUnit.state != DONE)
+            session.execute(
+                update(Firing)
+                .where(Firing.id == firing_id, Firing.finished_at.is_(None), ~unfinished)
+                .values(finished_at=now)
+            )
+            return True
+
+    def release(self, unit_id: int, *, holder: str) -> bool:
+        """Give back a unit ``holder`` claimed but will not run (it is stopping)."""
+        return self._update_held(unit_id, holder, state=PENDING, lease_until=None)
+
+    def _update_held(self, unit_id: int, holder: str, **values: Any) -> bool:
+        with transaction(self._writes) as session:
+            return bool(session.execute(_held(unit_id, holder).values(**values)).rowcount)  # type: ignore[attr-defined]
+
+    def forget_finished(self, *, before: datetime) -> int:
+        """Delete firings finished before ``before`` (their units go with them)."""
+        with transaction(self._writes) as session:
+            ids = session.scalars(
+                select(Firing.id).where(
+                    Firing.finished_at.is_not(None), Firing.finished_at < before
+                )
+            ).all()
+            if not ids:
+                return 0
+            session.execute(
+                FiringUnit.__table__.delete().where(FiringUnit.firing_id.in_(ids))  # type: ignore[attr-defined]
+            )
+            session.execute(Firing.__table__.delete().where(Firing.id.in_(ids)))  # type: ignore[attr-defined]
+            return len(ids)
+
+
+def _held(unit_id: int, holder: str) -> Any:
+    return update(FiringUnit).where(
+        FiringUnit.id == unit_id, FiringUnit.holder == holder, FiringUnit.state == RUNNING
+    )
+
+
+def _serialise_claims(session: Session) -> None:
+    """Make claims one at a time across processes (SQLite's write lock already does)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(CLAIM_LOCK)))
+
+
+def _firing_view(row: Firing) -> FiringView:
+    return FiringView(
+        id=row.id,
+        key=row.key,
+        jobs=tuple(row.jobs),
+        manual=row.manual,
+        retry_quarantined=row.retry_quarantined,
+        opened_by=row.opened_by,
+        opened_at=row.opened_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _unit_view(row: FiringUnit, firing: FiringView) -> UnitView:
+    return UnitView(
+        id=row.id,
+        firing=firing,
+        namespace=row.namespace,
+        state=row.state,
+        holder=row.holder,
+        lease_until=row.lease_until,
+        claims=row.claims,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        outcomes=tuple(row.outcomes or ()),
+    )
