@@ -426,7 +426,7 @@ def run_daemon(
             ttl=timedelta(seconds=settings.schedule.lease_seconds),
             clock=clock,
             # One daemon per SQLite store; on PostgreSQL each daemon holds a lease of its own.
-            name=daemon_lease_name(engine, holder),
+            name=daemon_lease_name(engine, holder, shared_index=bool(settings.index.chroma_url)),
         )
         lease.acquire()
         logger.info("holding the store's daemon lease as {}", lease.holder)

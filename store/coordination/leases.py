@@ -41,7 +41,8 @@ class LeaseHeld(StoreError):
         super().__init__(
             f"another secretary daemon is already running on this store: {holder} holds its"
             f" lease until {expires_at.isoformat(timespec='seconds')}. Stop that daemon first;"
-            " if it died, its lease expires by then and this daemon may start."
+            " if it died, its lease expires by then and this daemon may start. (Several daemons"
+            " may share a store on PostgreSQL with a Chroma server, [index] chroma_url.)"
         )
 
 
@@ -76,14 +77,16 @@ def holder_gone(holder: str) -> bool:
     return False
 
 
-def daemon_lease_name(engine: Engine, holder: str) -> str:
+def daemon_lease_name(engine: Engine, holder: str, *, shared_index: bool) -> str:
     """The name of the daemon lease ``holder`` takes on the store behind ``engine``.
 
-    On SQLite one daemon acts on a store (its single writer would serialise several anyway): the
-    lease is one row, "daemon". On PostgreSQL several daemons share the work (their runs are
-    claimed in ``store.coordination.firings``): each holds a row of its own, "daemon:HOLDER".
+    Several daemons share the work (their runs are claimed in ``store.coordination.firings``)
+    on PostgreSQL with a Chroma server (``shared_index``): each holds a row of its own,
+    "daemon:HOLDER". Otherwise one daemon acts on a store, the lease is one row, "daemon": a
+    SQLite store's single writer would serialise several anyway, and an embedded Chroma is
+    one process's.
     """
-    if engine.dialect.name == "postgresql":
+    if engine.dialect.name == "postgresql" and shared_index:
         return f"{DAEMON_LEASE}:{holder}"
     return DAEMON_LEASE
 
