@@ -39,6 +39,9 @@ from store.service import Store
 API_START_SECONDS = 60.0  # uvicorn binds and runs the app's startup well within this
 API_STOP_SECONDS = 15.0  # uvicorn's graceful shutdown (10 s) plus the reinforcement flush
 TERM, HUP, API_READY, API_STOPPED, LEASE_LOST = "term", "hup", "api-ready", "api-stopped", "lost"
+# Finished firings (what each unit's runs said) are kept this long, then deleted hourly.
+FIRINGS_KEPT = timedelta(days=7)
+TIDY_SECONDS = 3600.0
 
 
 # -- the API thread ----------------------------------------------------------------------------
@@ -176,6 +179,7 @@ class Daemon:
         self._clock = clock
         self._inbox: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._requests = store.db.dream_requests
+        self._firings = store.db.firings
         self._dreaming: threading.Thread | None = None
         self.dispatcher = Dispatcher(
             calls or RunnerCalls(store),
@@ -253,6 +257,7 @@ class Daemon:
             Every(seconds=schedule.poll_seconds, action=self._poll),
             Every(seconds=schedule.poll_seconds, action=self._take_requests),
             Every(seconds=schedule.lease_seconds / 3, action=self._renew),
+            Every(seconds=TIDY_SECONDS, action=self._tidy),
         ]
         if self._watchdog is not None:
             ticks.append(Every(seconds=self._watchdog, action=self._ping))
@@ -323,6 +328,18 @@ class Daemon:
         except DatabaseError as exc:
             # The request stays ours and running: the next claim takes it again.
             logger.warning("dream requests: the database failed, trying again later: {}", exc)
+
+    def _tidy(self) -> None:
+        """Delete the firings (and their units) finished more than FIRINGS_KEPT ago."""
+        try:
+            gone = self._firings.forget_finished(before=self._clock() - FIRINGS_KEPT)
+        except DatabaseError as exc:
+            logger.warning("cannot delete old firings, trying again later: {}", exc)
+            return
+        if gone:
+            logger.info(
+                "deleted {} firing(s) finished more than {} days ago", gone, FIRINGS_KEPT.days
+            )
 
     def _renew(self) -> None:
         try:

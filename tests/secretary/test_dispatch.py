@@ -376,3 +376,23 @@ def test_firing_progress_counts_and_estimates_the_end(db: Database) -> None:
     assert progress.holders == {}
     # One unit in two minutes: three more take six.
     assert progress.estimated_end(T0 + timedelta(minutes=2)) == T0 + timedelta(minutes=8)
+
+
+def test_finished_firings_are_deleted_after_they_are_kept(db: Database) -> None:
+    old, _ = db.firings.open(
+        "linker@old", jobs=("linker",), namespaces=["a"], opened_by="me", now=T0
+    )
+    new, _ = db.firings.open(
+        "linker@new", jobs=("linker",), namespaces=["a"], opened_by="me", now=T0
+    )
+    for _ in (old, new):
+        unit = db.firings.claim(holder="me", now=T0, ttl=timedelta(minutes=1))
+        assert unit is not None
+        finished_at = T0 if unit.firing.id == old.id else T0 + timedelta(days=8)
+        assert db.firings.finish(unit.id, holder="me", outcomes=[], now=finished_at)
+    assert db.firings.forget_finished(before=T0 + timedelta(days=1)) == 1
+    assert db.firings.get("linker@old") is None
+    assert db.firings.units(old.id) == []
+    kept = db.firings.get("linker@new")
+    assert kept is not None
+    assert len(db.firings.units(kept.id)) == 1
