@@ -216,13 +216,16 @@ class Firings:
         """Take the first unit the rules allow (see the module docstring) for ``ttl``, of a
         firing whose key starts with ``key_prefix`` if given; None if no unit may run now."""
         other = aliased(FiringUnit)
+        earlier = and_(other.firing_id < FiringUnit.firing_id, other.state != DONE)
+        if key_prefix:
+            # Only the firings this claimer takes can hold it back: a scheduled firing a dead
+            # daemon left open waits for a daemon, not for `secretary serve`'s dream requests.
+            same_kind = select(Firing.id).where(Firing.key.startswith(key_prefix))
+            earlier = and_(earlier, other.firing_id.in_(same_kind))
         busy_elsewhere = exists().where(
             other.namespace == FiringUnit.namespace,
             other.id != FiringUnit.id,
-            or_(
-                and_(other.state == RUNNING, other.lease_until > now),
-                and_(other.firing_id < FiringUnit.firing_id, other.state != DONE),
-            ),
+            or_(and_(other.state == RUNNING, other.lease_until > now), earlier),
         )
         candidate = (
             select(FiringUnit)

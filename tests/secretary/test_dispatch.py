@@ -396,3 +396,19 @@ def test_finished_firings_are_deleted_after_they_are_kept(db: Database) -> None:
     kept = db.firings.get("linker@new")
     assert kept is not None
     assert len(db.firings.units(kept.id)) == 1
+
+
+def test_a_dream_request_in_serve_waits_for_no_firing_a_dead_daemon_left(
+    db: Database, dispatchers: list[Dispatcher]
+) -> None:
+    # A daemon opened the linker's firing and died before running it; `secretary serve` (no
+    # daemon, dream requests only) must still run a request on the same namespace.
+    db.firings.open("linker@left", jobs=("linker",), namespaces=["maya"], opened_by="dead", now=T0)
+    calls = BlockingCalls(["maya"])
+    calls.release_all(["auditor"])
+    serving = Dispatcher(calls, db.firings, settings=settings(), holder="serve", dreams_only=True)
+    dispatchers.append(serving)
+    outcomes = serving.dream(dream_request(jobs=("auditor",)))
+    assert outcomes is not None
+    assert [(o["job"], o["status"]) for o in outcomes] == [("auditor", "applied")]
+    assert calls.ran("linker") == []  # the scheduled firing is left for a daemon
