@@ -1,4 +1,5 @@
-"""`secretary status`: the daemon, the schedule, and per namespace how its jobs are doing.
+"""`secretary status`: the daemons and what each runs, the night's progress, the schedule, and
+per namespace how its jobs are doing.
 
 A thin command over ``store.status`` (what GET /v1/status serves too).
 """
@@ -6,7 +7,8 @@ A thin command over ``store.status`` (what GET /v1/status serves too).
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import click
@@ -16,7 +18,17 @@ from store.changes import plural
 from store.clock import utc_now
 
 if TYPE_CHECKING:
-    from store.status import JobStatus, NamespaceStatus, ScheduleStatus, Status
+    from store.status import (
+        DaemonStatus,
+        FiringStatus,
+        Holding,
+        JobStatus,
+        NamespaceStatus,
+        ScheduleStatus,
+        Status,
+    )
+
+NAMES_SHOWN = 5  # namespaces named per firing a daemon runs; the rest are counted
 
 
 @click.command()
@@ -24,8 +36,9 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @pass_context
 def status(ctx: Context, namespace: str | None, as_json: bool) -> None:
-    """Show whether the daemon runs, each job's next firing, and per namespace each job's
-    last outcome, failures, back-off, quarantined items, backlog and the day's tokens."""
+    """Show the running daemons and what each runs, the night's open firings (units done,
+    running, left, and when they should end), each job's next firing, and per namespace each
+    job's last outcome, failures, back-off, quarantined items, backlog and the day's tokens."""
     from secretary.status_config import status_config
     from store.status import read_status, status_json
 
@@ -44,17 +57,16 @@ def status(ctx: Context, namespace: str | None, as_json: bool) -> None:
 def status_lines(found: Status) -> list[str]:
     """The status as text lines."""
     daemon = found.daemon
-    if daemon.running:
-        lines = [
-            f"daemon: running ({daemon.holder}, since {_at(daemon.since)}, "
-            f"lease until {_at(daemon.expires_at)})"
-        ]
+    if found.daemons:
+        lines = [f"daemons: {len(found.daemons)} running"]
+        lines += [f"  {_daemon_line(running, found.now)}" for running in found.daemons]
     elif daemon.holder is not None:
         lines = [
             f"daemon: not running (last {daemon.holder}, lease ran out {_at(daemon.expires_at)})"
         ]
     else:
         lines = ["daemon: not running"]
+    lines += _night_lines(found.firings, found.now)
     lines.append("schedule:")
     lines += [f"  {_schedule_line(entry)}" for entry in found.schedule]
     limit = found.max_tokens_per_day
@@ -68,6 +80,57 @@ def status_lines(found: Status) -> list[str]:
 
 def _at(value: datetime | None) -> str:
     return value.isoformat(timespec="seconds") if value is not None else "-"
+
+
+def _clock(value: datetime | None, now: datetime) -> str:
+    """A time in short: "02:41 UTC", with its date if not ``now``'s day."""
+    if value is None:
+        return "-"
+    value, now = value.astimezone(UTC), now.astimezone(UTC)
+    return f"{value:%H:%M} UTC" if value.date() == now.date() else f"{value:%Y-%m-%d %H:%M} UTC"
+
+
+def _daemon_line(daemon: DaemonStatus, now: datetime) -> str:
+    """A running daemon in words: "H since 01:58 UTC (lease until 02:03 UTC), runs linker on
+    maya, sam", or "..., idle"."""
+    runs = "; ".join(_holding(held) for held in daemon.holds) or "idle"
+    since, until = _clock(daemon.since, now), _clock(daemon.expires_at, now)
+    return f"{daemon.holder} since {since} (lease until {until}), {runs}"
+
+
+def _holding(held: Holding) -> str:
+    # A scheduled firing is named by its job; a dream request (often every job) by its number.
+    what = ", ".join(held.jobs) if "@" in held.firing else held.label
+    names = ", ".join(held.namespaces[:NAMES_SHOWN])
+    more = max(len(held.namespaces) - NAMES_SHOWN, 0) + held.hidden
+    if more:
+        names = f"{names} and {more:,} more" if names else _namespaces(more)
+    return f"runs {what} on {names}"
+
+
+def _night_lines(firings: Sequence[FiringStatus], now: datetime) -> list[str]:
+    """The night in words: "tonight: linker@02:00 42 of 1,000 namespaces done, 16 running, 942
+    left; ends about 03:10 UTC"; with several firings open, a line each under their count."""
+    if not firings:
+        return ["tonight: no night in progress"]
+    if len(firings) == 1:
+        return [f"tonight: {_firing_line(firings[0], now)}"]
+    return [f"tonight: {len(firings)} firings open"] + [
+        f"  {_firing_line(firing, now)}" for firing in firings
+    ]
+
+
+def _firing_line(firing: FiringStatus, now: datetime) -> str:
+    end = firing.estimated_end
+    ends = f"ends about {_clock(end, now)}" if end else "end unknown until a unit is done"
+    return (
+        f"{firing.label} {firing.done:,} of {_namespaces(firing.total)} done, "
+        f"{firing.running:,} running, {firing.left:,} left; {ends}"
+    )
+
+
+def _namespaces(count: int) -> str:
+    return f"{count:,} namespace{'' if count == 1 else 's'}"
 
 
 def _schedule_line(entry: ScheduleStatus) -> str:

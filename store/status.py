@@ -1,9 +1,14 @@
 """The store at a glance: `secretary status` and GET /v1/status.
 
-``read_status`` reads what it needs (the daemon's lease, the schedule table, the jobs' state and
-health, the day's LLM usage, the backlog past each watermark) and ``compose_status`` puts it
-together from those plain values; both front ends print ``status_json`` of the result, and the
-metrics read their gauges from it.
+``read_status`` reads what it needs (the daemons' leases, the night's open firings and their
+progress, the schedule table, the jobs' state and health, the day's LLM usage, the backlog past
+each watermark) and ``compose_status`` puts it together from those plain values; both front ends
+print ``status_json`` of the result, and the metrics read their gauges from it.
+
+Several daemons may act on a PostgreSQL store: ``daemons`` lists each live one with what it holds
+(its running units' namespaces, by firing; a caller limited to some namespaces sees only those,
+the others counted), ``daemon`` is the first, or the last seen when none runs. ``firings`` is the
+night in progress: each open firing's units done, running and left, and when it should end.
 
 The store knows neither the jobs nor the LLM budget. The secretary passes them as a
 ``StatusConfig``: what each job reads past which watermarks, and the daily token budget. Without
@@ -12,19 +17,21 @@ one the budget is unknown and only the jobs that have run are listed, with no ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from store.clock import parse_timestamp
-from store.coordination.leases import LeaseInfo, current_lease, holder_gone
+from store.coordination.firings import FiringProgress
+from store.coordination.leases import LeaseInfo, last_daemon, live_daemons
 from store.coordination.schedules import Override
 from store.database import Database
 from store.reads.records import Usage
 from store.views import JobStateView
 
 Firing = Literal["idle", "running", "interrupted"]
+DREAM_KEY = "dream:"  # a dream request's firing: "dream:ID"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,11 +58,42 @@ UNKNOWN = StatusConfig()
 
 
 @dataclass(frozen=True, kw_only=True)
+class Holding:
+    """The units one holder runs in one open firing."""
+
+    firing: str  # its key: "linker@2026-11-28T02:00:00+00:00", "dream:42"
+    label: str  # "linker@02:00", "dream request #42"
+    jobs: tuple[str, ...]
+    namespaces: tuple[str, ...]  # those the caller may see, sorted
+    hidden: int  # how many more, in namespaces the caller may not see
+
+
+@dataclass(frozen=True, kw_only=True)
 class DaemonStatus:
     running: bool
     holder: str | None  # the lease's holder (host:pid:id), also when it expired
     since: datetime | None
     expires_at: datetime | None
+    holds: tuple[Holding, ...] = ()  # what it runs now (a running daemon's only)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FiringStatus:
+    """An open firing of the night: its units (one per namespace) done, running and left."""
+
+    key: str
+    label: str
+    jobs: tuple[str, ...]
+    manual: bool  # a dream request's
+    opened_at: datetime
+    done: int
+    running: int
+    left: int
+    estimated_end: datetime | None  # at the pace of its units so far; None until one is done
+
+    @property
+    def total(self) -> int:
+        return self.done + self.running + self.left
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +142,9 @@ class NamespaceStatus:
 @dataclass(frozen=True, kw_only=True)
 class Status:
     now: datetime
-    daemon: DaemonStatus
+    daemon: DaemonStatus  # the first running daemon, or the last one seen
+    daemons: tuple[DaemonStatus, ...]  # every running daemon, the longest running first
+    firings: tuple[FiringStatus, ...]  # the night in progress, oldest firing first
     max_tokens_per_day: int | None
     schedule: tuple[ScheduleStatus, ...]
     namespaces: tuple[NamespaceStatus, ...]
@@ -128,7 +168,11 @@ def read_status(
     return compose_status(
         now=now,
         config=config,
-        lease=current_lease(db.engine),
+        daemons=live_daemons(db.engine, now),
+        # The single daemon's row of a SQLite store, kept after it stopped or died.
+        lease=last_daemon(db.engine),
+        firings=[db.firings.progress(firing, now=now) for firing in db.firings.open_firings()],
+        scope=None if namespaces is None else set(namespaces),
         overrides=db.schedules.overrides(),
         states=states,
         namespaces=shown,
@@ -164,25 +208,45 @@ def compose_status(
     *,
     now: datetime,
     config: StatusConfig,
+    daemons: Sequence[LeaseInfo],
     lease: LeaseInfo | None,
+    firings: Sequence[FiringProgress],
     overrides: Mapping[str, Override],
     states: Sequence[JobStateView],
     namespaces: Sequence[str],
     usage: Mapping[str, Usage],
     backlogs: Mapping[tuple[str, str], Mapping[str, int]],
+    scope: Collection[str] | None = None,
 ) -> Status:
-    """Given what ``read_status`` read, return the status (no I/O)."""
-    # A lease of a process of this host that no longer exists is a daemon that died.
-    running = lease is not None and lease.expires_at > now and not holder_gone(lease.holder)
-    daemon = DaemonStatus(
-        running=running,
-        holder=lease.holder if lease is not None else None,
-        since=lease.acquired_at if lease is not None else None,
-        expires_at=lease.expires_at if lease is not None else None,
+    """Given what ``read_status`` read, return the status (no I/O): ``daemons`` the live
+    daemons' leases, ``lease`` the last one seen (shown when none is live), ``scope`` the
+    namespaces the caller may see of what they run (None: all)."""
+    holds = _holds(firings, scope, now=now)
+    running = tuple(
+        DaemonStatus(
+            running=True,
+            holder=live.holder,
+            since=live.acquired_at,
+            expires_at=live.expires_at,
+            holds=holds.get(live.holder, ()),
+        )
+        for live in daemons
     )
+    daemon = (
+        running[0]
+        if running
+        else DaemonStatus(
+            running=False,
+            holder=lease.holder if lease is not None else None,
+            since=lease.acquired_at if lease is not None else None,
+            expires_at=lease.expires_at if lease is not None else None,
+        )
+    )
+    # A scheduled job's open firing runs while some daemon does (each takes over its units).
+    open_jobs = {job for p in firings if not p.firing.manual for job in p.firing.jobs}
     schedule_jobs = [*config.jobs, *sorted(set(overrides) - set(config.jobs))]
     schedule = tuple(
-        _schedule(job, overrides.get(job, Override()), daemon) for job in schedule_jobs
+        _schedule(job, overrides.get(job, Override()), running, open_jobs) for job in schedule_jobs
     )
     by_key = {(state.job, state.namespace): state for state in states}
     limit = config.max_tokens_per_day
@@ -206,28 +270,89 @@ def compose_status(
     return Status(
         now=now,
         daemon=daemon,
+        daemons=running,
+        firings=tuple(_firing(p, now=now) for p in firings),
         max_tokens_per_day=limit,
         schedule=schedule,
         namespaces=tuple(spaces),
     )
 
 
-def _schedule(job: str, entry: Override, daemon: DaemonStatus) -> ScheduleStatus:
+def _schedule(
+    job: str, entry: Override, daemons: Sequence[DaemonStatus], open_jobs: Collection[str]
+) -> ScheduleStatus:
     firing: Firing = "idle"
     if entry.interrupted:
-        # A firing of the daemon holding the lease now is still going; one from before it took
-        # the lease (or with no daemon at all) was cut short.
-        started, since = entry.last_fired_at, daemon.since
-        ours = daemon.running and since is not None and started is not None and started >= since
+        # A firing started while a daemon running now was there is still going, and so is one
+        # whose units are still open while a daemon runs (it takes them over); one from before
+        # every running daemon (or with none at all) was cut short.
+        started = entry.last_fired_at
+        seen = any(
+            d.since is not None and started is not None and started >= d.since for d in daemons
+        )
+        ours = seen or (bool(daemons) and job in open_jobs)
         firing = "running" if ours else "interrupted"
     return ScheduleStatus(
         job=job,
         paused=entry.paused,
-        next_fire_at=entry.next_fire_at if daemon.running else None,
+        next_fire_at=entry.next_fire_at if daemons else None,
         last_fired_at=entry.last_fired_at,
         last_finished_at=entry.last_finished_at,
         firing=firing,
     )
+
+
+def _holds(
+    firings: Sequence[FiringProgress], scope: Collection[str] | None, *, now: datetime
+) -> dict[str, tuple[Holding, ...]]:
+    """Return holder -> the units it runs, by firing (oldest first)."""
+    found: dict[str, list[Holding]] = {}
+    for progress in firings:
+        firing = progress.firing
+        for holder, names in progress.holders.items():
+            shown = sorted(name for name in names if scope is None or name in scope)
+            found.setdefault(holder, []).append(
+                Holding(
+                    firing=firing.key,
+                    label=firing_label(firing.key, now),
+                    jobs=firing.jobs,
+                    namespaces=tuple(shown),
+                    hidden=len(names) - len(shown),
+                )
+            )
+    return {holder: tuple(held) for holder, held in found.items()}
+
+
+def _firing(progress: FiringProgress, *, now: datetime) -> FiringStatus:
+    firing = progress.firing
+    return FiringStatus(
+        key=firing.key,
+        label=firing_label(firing.key, now),
+        jobs=firing.jobs,
+        manual=firing.manual,
+        opened_at=firing.opened_at,
+        done=progress.done,
+        running=progress.running,
+        left=progress.left,
+        estimated_end=progress.estimated_end(now),
+    )
+
+
+def firing_label(key: str, now: datetime) -> str:
+    """A firing's key in short: "linker@02:00" (its date too if not ``now``'s day), "dream
+    request #42"; a key of another form as it is."""
+    if key.startswith(DREAM_KEY):
+        return f"dream request #{key.removeprefix(DREAM_KEY)}"
+    job, at, when = key.partition("@")
+    if not at:
+        return key
+    try:
+        due = datetime.fromisoformat(when)
+    except ValueError:
+        return key
+    today = now.astimezone(due.tzinfo).date() if due.tzinfo is not None else now.date()
+    day = "" if due.date() == today else f"{due:%Y-%m-%d} "
+    return f"{job}@{day}{due:%H:%M}"
 
 
 def _job(
@@ -283,6 +408,19 @@ def status_json(status: Status) -> dict[str, Any]:
             "since": _iso(daemon.since),
             "expires_at": _iso(daemon.expires_at),
         },
+        "daemons": [
+            {
+                "holder": running.holder,
+                "since": _iso(running.since),
+                "expires_at": _iso(running.expires_at),
+                "holds": [_holding_json(held) for held in running.holds],
+            }
+            for running in status.daemons
+        ],
+        "night": {
+            "in_progress": bool(status.firings),
+            "firings": [_firing_json(firing) for firing in status.firings],
+        },
         "budget": {
             "max_tokens_per_day": status.max_tokens_per_day,
             "known": status.max_tokens_per_day is not None,
@@ -310,6 +448,31 @@ def status_json(status: Status) -> dict[str, Any]:
             }
             for space in status.namespaces
         ],
+    }
+
+
+def _holding_json(held: Holding) -> dict[str, Any]:
+    return {
+        "firing": held.firing,
+        "label": held.label,
+        "jobs": list(held.jobs),
+        "namespaces": list(held.namespaces),
+        "hidden": held.hidden,
+    }
+
+
+def _firing_json(firing: FiringStatus) -> dict[str, Any]:
+    return {
+        "key": firing.key,
+        "label": firing.label,
+        "jobs": list(firing.jobs),
+        "manual": firing.manual,
+        "opened_at": firing.opened_at.isoformat(),
+        "done": firing.done,
+        "running": firing.running,
+        "left": firing.left,
+        "total": firing.total,
+        "estimated_end": _iso(firing.estimated_end),
     }
 
 

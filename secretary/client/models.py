@@ -353,7 +353,9 @@ class Status(TypedDict):
     """``GET /v1/status``: the daemon, the schedule, each namespace's jobs (see the README)."""
 
     now: str
-    daemon: dict[str, Any]
+    daemon: dict[str, Any]  # the first running daemon (or the last one seen)
+    daemons: list[dict[str, Any]]  # each running daemon and what it runs now
+    night: dict[str, Any]  # the open firings: units done, running and left, estimated end
     budget: dict[str, Any]
     schedule: list[dict[str, Any]]
     namespaces: list[dict[str, Any]]

@@ -1,9 +1,9 @@
-"""GET /v1/status: the daemon, each job's schedule, and per namespace how its jobs are doing.
+"""GET /v1/status: the daemons, the night's firings, the schedule, and per namespace its jobs.
 
 The store does not know the jobs or the LLM budget: ``create_app`` is given them as a
 ``StatusConfig`` (the secretary's serve and run commands pass theirs) and keeps it on
 ``app.state.status_config``. A key sees only its namespaces (another key's namespace shows as
-one with nothing in it); the daemon and the schedule are the store's and shown to every key.
+one with nothing in it, and counted, not named, in what a daemon runs); the rest shows to all.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, cast
 
 from fastapi import FastAPI, Query, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from store.api.deps import Caller, State
 from store.status import UNKNOWN, StatusConfig, read_status, status_json
@@ -64,6 +64,8 @@ class NamespaceOut(BaseModel):
 class StatusOut(BaseModel):
     now: str
     daemon: DaemonOut
+    daemons: list[dict[str, Any]] = Field(description="each running daemon and what it runs")
+    night: dict[str, Any] = Field(description="the open firings: units done, running, left")
     budget: BudgetOut
     schedule: list[ScheduleOut]
     namespaces: list[NamespaceOut]
@@ -77,7 +79,7 @@ def add_status_route(app: FastAPI) -> None:
     @app.get(
         "/v1/status",
         response_model=StatusOut,
-        summary="The daemon, the schedule, and each namespace's jobs, budget and backlog",
+        summary="The daemons, the night's progress, the schedule, and each namespace's jobs",
     )
     def status(
         state: State,

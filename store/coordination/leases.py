@@ -110,6 +110,23 @@ def live_daemons(engine: Engine, now: datetime) -> list[LeaseInfo]:
     ]
 
 
+def last_daemon(engine: Engine) -> LeaseInfo | None:
+    """The daemon lease that expires (or expired) last, live or not; None if no daemon has
+    held one. On PostgreSQL each daemon's row keeps its name after it stopped or died."""
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(DaemonLease.holder, DaemonLease.acquired_at, DaemonLease.expires_at)
+            .where(
+                or_(DaemonLease.name == DAEMON_LEASE, DaemonLease.name.like(f"{DAEMON_LEASE}:%"))
+            )
+            .order_by(DaemonLease.expires_at.desc())
+            .limit(1)
+        ).first()
+    if row is None:
+        return None
+    return LeaseInfo(holder=row.holder, acquired_at=row.acquired_at, expires_at=row.expires_at)
+
+
 def current_lease(engine: Engine, name: str = DAEMON_LEASE) -> LeaseInfo | None:
     """Return the lease row, expired or not, or None if no daemon has held it."""
     with engine.connect() as connection:

@@ -5,16 +5,28 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from store.coordination.leases import Lease
+from store.coordination.firings import FiringProgress, FiringView
+from store.coordination.leases import Lease, LeaseInfo, daemon_lease_name
 from store.database import Database
 from store.kinds import MemoryStatus, Outcome
 from store.operations import SetStatus
 from store.schemas import LogIn, MemoryIn
-from store.status import JobReads, StatusConfig, read_status, status_json
+from store.status import (
+    UNKNOWN,
+    JobReads,
+    Status,
+    StatusConfig,
+    compose_status,
+    firing_label,
+    read_status,
+    status_json,
+)
 from store.write.record_info import RecordInfo
 
 NOW = datetime(2026, 2, 1, 12, 0, tzinfo=UTC)
@@ -227,3 +239,190 @@ def test_status_daemon_killed_on_this_host_is_not_running(
 
     assert not status.daemon.running  # its lease has not expired, but its process is gone
     assert status.daemon.holder == holder
+
+
+# -- several daemons and the night's progress ------------------------------------------------------
+
+MINUTE = timedelta(minutes=1)
+FIRING = FiringView(
+    id=1,
+    key="linker@2026-02-01T02:00:00+00:00",
+    jobs=("linker",),
+    manual=False,
+    retry_quarantined=False,
+    opened_by="host:1:abc",
+    opened_at=NOW - HOUR,
+    finished_at=None,
+)
+
+
+def compose(**given: Any) -> Status:
+    """``compose_status`` over no namespaces, no schedule and no jobs, with ``given``."""
+    empty: dict[str, Any] = {
+        "now": NOW,
+        "config": UNKNOWN,
+        "daemons": (),
+        "lease": None,
+        "firings": (),
+        "overrides": {},
+        "states": (),
+        "namespaces": (),
+        "usage": {},
+        "backlogs": {},
+    }
+    return compose_status(**{**empty, **given})
+
+
+def test_compose_status_two_daemons_each_with_what_it_runs_and_the_night() -> None:
+    first = LeaseInfo(holder="web1:4242:aa", acquired_at=NOW - 2 * HOUR, expires_at=NOW + MINUTE)
+    second = LeaseInfo(holder="web2:17:bb", acquired_at=NOW - HOUR, expires_at=NOW + MINUTE)
+    linker = FiringProgress(
+        firing=FIRING,
+        done=40,
+        running=3,
+        left=957,
+        first_started_at=NOW - 40 * MINUTE,  # a unit a minute: 960 more minutes
+        holders={"web1:4242:aa": ("sam", "maya"), "web2:17:bb": ("zoe",)},
+    )
+    dream = FiringProgress(
+        firing=replace(FIRING, id=2, key="dream:42", jobs=("extractor", "linker"), manual=True),
+        done=0,
+        running=1,
+        left=0,
+        first_started_at=NOW - MINUTE,
+        holders={"web2:17:bb": ("ann",)},
+    )
+
+    found = compose(daemons=[first, second], firings=[linker, dream])
+
+    assert [d.holder for d in found.daemons] == ["web1:4242:aa", "web2:17:bb"]
+    assert found.daemon == found.daemons[0]
+    assert all(d.running for d in found.daemons)
+    (held,) = found.daemons[0].holds
+    assert (held.firing, held.label, held.jobs) == (FIRING.key, "linker@02:00", ("linker",))
+    assert (held.namespaces, held.hidden) == (("maya", "sam"), 0)
+    assert [(h.label, h.namespaces) for h in found.daemons[1].holds] == [
+        ("linker@02:00", ("zoe",)),
+        ("dream request #42", ("ann",)),
+    ]
+    night = {firing.key: firing for firing in found.firings}
+    assert list(night) == [FIRING.key, "dream:42"]
+    assert (night[FIRING.key].done, night[FIRING.key].total) == (40, 1000)
+    assert night[FIRING.key].estimated_end == NOW + 960 * MINUTE
+    assert night["dream:42"].estimated_end is None  # no unit done yet
+    assert night["dream:42"].manual
+
+    # A caller limited to some namespaces sees only those of what runs; the others are counted.
+    scoped = compose(daemons=[first, second], firings=[linker], scope={"maya"})
+    (held,) = scoped.daemons[0].holds
+    assert (held.namespaces, held.hidden) == (("maya",), 1)
+    assert (scoped.daemons[1].holds[0].namespaces, scoped.daemons[1].holds[0].hidden) == ((), 1)
+
+    shown = status_json(found)
+    assert shown["daemon"] == {
+        "running": True,
+        "holder": "web1:4242:aa",
+        "since": (NOW - 2 * HOUR).isoformat(),
+        "expires_at": (NOW + MINUTE).isoformat(),
+    }
+    assert shown["daemons"][1]["holds"][1] == {
+        "firing": "dream:42",
+        "label": "dream request #42",
+        "jobs": ["extractor", "linker"],
+        "namespaces": ["ann"],
+        "hidden": 0,
+    }
+    assert shown["night"]["in_progress"] is True
+    assert shown["night"]["firings"][0] == {
+        "key": FIRING.key,
+        "label": "linker@02:00",
+        "jobs": ["linker"],
+        "manual": False,
+        "opened_at": (NOW - HOUR).isoformat(),
+        "done": 40,
+        "running": 3,
+        "left": 957,
+        "total": 1000,
+        "estimated_end": (NOW + 960 * MINUTE).isoformat(),
+    }
+
+
+def test_compose_status_no_daemon_running_shows_the_last_one_and_no_night() -> None:
+    gone = LeaseInfo(holder="web1:4242:aa", acquired_at=NOW - 2 * HOUR, expires_at=NOW - MINUTE)
+    found = compose(lease=gone)
+    assert found.daemons == ()
+    assert not found.daemon.running
+    assert (found.daemon.holder, found.daemon.expires_at) == ("web1:4242:aa", NOW - MINUTE)
+    assert status_json(found)["night"] == {"in_progress": False, "firings": []}
+    assert status_json(found)["daemons"] == []
+
+
+def test_firing_label_is_short_and_dated_only_off_today() -> None:
+    assert firing_label("linker@2026-02-01T02:00:00+00:00", NOW) == "linker@02:00"
+    assert firing_label("linker@2026-01-31T23:00:00+00:00", NOW) == "linker@2026-01-31 23:00"
+    # A schedule in another time zone keeps its own clock time.
+    assert firing_label("auditor@2026-02-01T03:30:00+01:00", NOW) == "auditor@03:30"
+    assert firing_label("dream:7", NOW) == "dream request #7"
+    assert firing_label("something else", NOW) == "something else"
+    assert firing_label("linker@not a time", NOW) == "linker@not a time"
+
+
+def test_status_reads_every_live_daemon_what_it_runs_and_the_night(db: Database) -> None:
+    several = db.engine.dialect.name == "postgresql"  # on SQLite one daemon holds the store
+    holders = ["web1:1:aa", "web2:2:bb"] if several else ["web1:1:aa"]
+    for n, holder in enumerate(holders):
+        Lease(
+            db.engine,
+            holder=holder,
+            ttl=timedelta(minutes=5),
+            clock=lambda n=n: NOW + n * MINUTE,
+            name=daemon_lease_name(db.engine, holder, shared_index=True),
+        ).acquire()
+    for namespace in ("a", "b", "c", "d"):
+        db.writer.add_memories(namespace, [MemoryIn(content="x")], now=NOW - HOUR)
+    key = "linker@2026-02-01T12:00:00+00:00"
+    db.firings.open(
+        key, jobs=("linker",), namespaces=["a", "b", "c", "d"], opened_by=holders[0], now=NOW
+    )
+    ttl = timedelta(minutes=5)
+    first = db.firings.claim(holder=holders[0], now=NOW, ttl=ttl)
+    assert first is not None
+    assert db.firings.finish(first.id, holder=holders[0], outcomes=[], now=NOW + MINUTE)
+    assert db.firings.claim(holder=holders[-1], now=NOW + MINUTE, ttl=ttl) is not None
+    assert db.firings.claim(holder=holders[0], now=NOW + MINUTE, ttl=ttl) is not None
+    # The linker fired before either daemon: cut short, were its units not still being run.
+    db.schedules.mark_fired("linker", now=NOW - HOUR)
+
+    found = read_status(db, CONFIG, now=NOW + 2 * MINUTE)
+
+    assert [d.holder for d in found.daemons] == holders
+    assert found.daemon.holder == holders[0]
+    held = {d.holder: [(x.label, x.namespaces) for x in d.holds] for d in found.daemons}
+    if several:
+        assert held == {
+            holders[0]: [("linker@12:00", ("c",))],
+            holders[1]: [("linker@12:00", ("b",))],
+        }
+    else:
+        assert held == {holders[0]: [("linker@12:00", ("b", "c"))]}
+    (night,) = found.firings
+    assert (night.key, night.done, night.running, night.left) == (key, 1, 2, 1)
+    assert night.estimated_end == NOW + 2 * MINUTE + 3 * 2 * MINUTE  # 2 minutes a unit so far
+    schedule = {entry.job: entry for entry in found.schedule}
+    assert schedule["linker"].firing == "running"
+    assert schedule["extractor"].firing == "idle"
+
+    # A key of namespace "b" sees "b" named, the others counted; the counts are the store's.
+    scoped = read_status(db, CONFIG, now=NOW + 2 * MINUTE, namespaces=["b"])
+    holds = [x for d in scoped.daemons for x in d.holds]
+    assert sorted((x.namespaces, x.hidden) for x in holds) == (
+        [((), 1), (("b",), 0)] if several else [(("b",), 1)]
+    )
+    assert scoped.firings[0].total == 4
+
+    # Once every lease ran out no daemon runs: the linker's firing was cut short after all.
+    later = read_status(db, CONFIG, now=NOW + HOUR)
+    assert later.daemons == ()
+    assert not later.daemon.running
+    assert later.firings[0].running == 0  # its units' leases lapsed: left for a daemon to take
+    assert {entry.job: entry for entry in later.schedule}["linker"].firing == "interrupted"

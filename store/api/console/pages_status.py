@@ -1,6 +1,6 @@
-"""Status: the daemon, the schedule (pause, resume, a new cron expression previewed before it is
-saved), each namespace's jobs with their backlog, today's tokens against the budget, and a
-"Dream now" button per namespace with the recent dream requests.
+"""Status: the daemons and what each runs, the night's open firings, the schedule (pause,
+resume, a new cron expression previewed before saving), each namespace's jobs with their backlog,
+today's tokens against the budget, and "Dream now" per namespace with the recent dream requests.
 
 The status is ``store.status.read_status`` (GET /v1/status); schedule changes go through the
 secretary's validation (``ConsoleOps``) into ``store.coordination.schedules`` as `secretary
@@ -51,7 +51,8 @@ def may_schedule(request: Request, who: Principal) -> bool:
 def status(request: Request) -> Response:
     here, who = console(request), viewer(request)
     now = here.clock()
-    shown = status_json(read_status(here.store.db, here.status, now=now, namespaces=who.namespaces))
+    found = read_status(here.store.db, here.status, now=now, namespaces=who.namespaces)
+    shown = status_json(found)
     schedule = here.ops.schedule(now, 3) if here.ops is not None else None
     budget = shown["budget"]["max_tokens_per_day"]
     shares = {
@@ -61,6 +62,7 @@ def status(request: Request) -> Response:
     context = {
         "title": "Status",
         "status": shown,
+        "found": found,
         "shares": shares,
         "schedule": schedule,
         "timezone": here.ops.timezone if here.ops is not None else None,

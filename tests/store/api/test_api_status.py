@@ -157,6 +157,54 @@ def test_status_endpoint_with_daemon_running(http: TestClient, store: Store) -> 
     assert body["daemon"]["since"] == (NOW - MINUTE).isoformat()
     auditor = next(entry for entry in body["schedule"] if entry["job"] == "auditor")
     assert auditor["next_fire_at"] == (NOW + 60 * MINUTE).isoformat()
+    assert body["daemons"] == [
+        {
+            "holder": "h:1:x",
+            "since": (NOW - MINUTE).isoformat(),
+            "expires_at": (NOW + 4 * MINUTE).isoformat(),
+            "holds": [],
+        }
+    ]
+    assert body["night"] == {"in_progress": False, "firings": []}
+
+
+def test_status_endpoint_shows_what_the_daemon_runs_in_the_key_namespaces_only(
+    http: TestClient, store: Store
+) -> None:
+    runs(store.db)
+    Lease(store.db.engine, holder="h:1:x", ttl=5 * MINUTE, clock=lambda: NOW - MINUTE).acquire()
+    firings = store.db.firings
+    key = "dream:3"
+    firings.open(
+        key, jobs=("extractor",), namespaces=["a", "b"], opened_by="h:1:x", now=NOW, manual=True
+    )
+    for _ in range(2):
+        assert firings.claim(holder="h:1:x", now=NOW - MINUTE, ttl=5 * MINUTE) is not None
+    body = http.get("/v1/status", headers=A).json()
+    (daemon,) = body["daemons"]
+    assert daemon["holds"] == [
+        {
+            "firing": key,
+            "label": "dream request #3",
+            "jobs": ["extractor"],
+            "namespaces": ["a"],  # "b" is another key's: counted, not named
+            "hidden": 1,
+        }
+    ]
+    assert body["night"]["in_progress"] is True
+    (firing,) = body["night"]["firings"]
+    assert firing == {
+        "key": key,
+        "label": "dream request #3",
+        "jobs": ["extractor"],
+        "manual": True,
+        "opened_at": NOW.isoformat(),
+        "done": 0,
+        "running": 2,
+        "left": 0,
+        "total": 2,
+        "estimated_end": None,
+    }
 
 
 def test_records_list_has_the_run_fields_and_diff_endpoint_keeps_namespaces(

@@ -19,11 +19,13 @@ import pytest
 
 from secretary.config import Settings
 from secretary.console_ops import console_ops
+from secretary.jobs.registry import JOB_NAMES
 from secretary.jobs.settings import JobsSettings
 from secretary.runner import run_job
 from secretary.status_config import status_config
 from store.api.app import create_app
 from store.clock import utc_now
+from store.coordination.leases import Lease
 from store.operations import CreateRelation
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
@@ -295,6 +297,46 @@ def test_browser_dream_now_queues_a_request_the_status_page_follows(world: World
     assert "linker" in row.inner_text()
     assert page.evaluate("window.notReloaded") is True
     page.context.close()
+
+
+def test_browser_status_shows_the_daemons_and_the_night_also_on_a_phone(world: World) -> None:
+    db, now = world.store.db, utc_now()
+    holder = "worker-with-a-rather-long-host-name.example.internal:4242:9f3c0a1b2c3d"
+    lease = Lease(db.engine, holder=holder, ttl=timedelta(minutes=5))
+    lease.acquire()
+    names = ["maya", "zoe", *(f"user-{n:04}" for n in range(40))]
+    key = "dream:9999"
+    db.firings.open(key, jobs=JOB_NAMES, namespaces=names, opened_by=holder, now=now, manual=True)
+    ttl = timedelta(minutes=5)
+    units = [db.firings.claim(holder=holder, now=now, ttl=ttl) for _ in range(3)]
+    assert db.firings.finish(_unit(units[0]), holder=holder, outcomes=[], now=now)
+    try:
+        page = world.login(KEY_BOTH)
+        page.goto(f"{world.url}/ui/status")
+        daemon = page.inner_text(f"tr[data-daemon='{holder}']")
+        # It runs zoe and user-0000: the operator's key sees zoe, and the other counted.
+        assert "dream request #9999 on zoe and 1 more" in daemon
+        firing = page.inner_text(f"tr[data-firing='{key}']")
+        assert "1 of 42" in firing
+        assert "unknown until a unit is done" not in firing  # one is
+        screenshot(page, "status-night")
+        page.set_viewport_size({"width": 375, "height": 740})
+        page.screenshot(path=str(SCREENSHOTS / "status-night-375.png"), full_page=True)
+        wide = page.evaluate("document.scrollingElement.scrollWidth")
+        assert wide <= 375, f"the status page is {wide} px wide at 375"
+        page.context.close()
+    finally:
+        lease.release()
+        for unit in units[1:]:
+            db.firings.finish(_unit(unit), holder=holder, outcomes=[], now=utc_now())
+        while (left := db.firings.claim(holder=holder, now=utc_now(), ttl=ttl)) is not None:
+            db.firings.finish(left.id, holder=holder, outcomes=[], now=utc_now())
+    assert db.firings.get(key).finished_at is not None  # type: ignore[union-attr]
+
+
+def _unit(unit: Any) -> int:
+    assert unit is not None
+    return int(unit.id)
 
 
 def test_browser_pages_fit_a_phone_375_px_wide(world: World) -> None:

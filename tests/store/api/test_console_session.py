@@ -113,7 +113,7 @@ def test_console_sessions_expired_is_not_live_and_deleted_at_the_next_login(
 def test_0009_adds_console_sessions_to_an_0008_store(tmp_path: Path) -> None:
     engine: Engine = make_engine(f"sqlite:///{tmp_path}/old.db")
     upgrade(engine, "0008")
-    upgrade(engine)
+    upgrade(engine, "0009")
     sessions = Database(engine).console_sessions
     sessions.start(session_id("s"), key_id=KEY_ID, now=NOW, expires_at=NOW + MAX_AGE)
     live = sessions.live(session_id("s"), now=NOW)
