@@ -30,6 +30,7 @@ from store.vector.embedder import Embedder, EmbedderError, make_embedder
 from store.vector.health import IndexStatus
 from store.vector.index import VectorIndex, VectorIndexError
 from store.vector.indexer import Indexer
+from store.vector.recent import RecentEmbeddings
 from store.write import edits
 from store.write.forget import ForgetSelection
 from store.write.reinforcement import Reinforcer
@@ -83,13 +84,15 @@ class Store:
         if self._embedder is not None:
             return self._embedder
         config = self.settings.index
-        return make_embedder(
+        made = make_embedder(
             provider=config.embedder,
             model=config.embedder_model or None,
             api_base=config.embedder_api_base or None,
             api_key=config.embedder_api_key or None,
             cache_dir=self.settings.data_dir / "cache",
         )
+        # A night embeds each new memory for the index, then for its neighbours: once will do.
+        return RecentEmbeddings(made)
 
     @cached_property
     def index(self) -> VectorIndex:
