@@ -17,6 +17,7 @@ are waited for, bounded. Each run is ``secretary.runner.run_job``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -38,8 +39,10 @@ from store.db import DatabaseError
 from store.errors import SecretaryError
 from store.service import Store
 
-# How often a waiting opener, and an idle worker, look at the firings again.
+# How often a waiting opener, and an idle worker, look at the firings again; a dream request's
+# outcomes so far are stored at most this often (a night of 1,000 namespaces ends a unit a second).
 POLL_SECONDS = 0.5
+PROGRESS_SECONDS = 5.0
 DREAM_PREFIX = "dream:"
 
 
@@ -411,7 +414,7 @@ class Dispatcher:
     def _wait_for(self, firing: FiringView, *, request: DreamRequestView | None = None) -> bool:
         """Wait until every unit of ``firing`` is done (True) or the dispatcher stops (False),
         storing a dream request's progress as units end."""
-        reported = -1
+        reported, reported_at = -1, -PROGRESS_SECONDS
         while True:
             try:
                 progress = self._firings.progress(firing, now=self._clock())
@@ -419,10 +422,12 @@ class Dispatcher:
                 logger.warning("firing {}: cannot read its progress: {}", firing.key, exc)
                 progress = None
             if progress is not None:
-                if request is not None and progress.done != reported:
-                    reported = progress.done
+                ended = progress.done == progress.total
+                due = time.monotonic() - reported_at >= PROGRESS_SECONDS or ended
+                if request is not None and progress.done != reported and due:
+                    reported, reported_at = progress.done, time.monotonic()
                     self._progress(request, self._outcomes(firing))
-                if progress.done == progress.total:
+                if ended:
                     return True
             with self._changed:
                 if self._changed.wait_for(lambda: self._stopping, POLL_SECONDS):
