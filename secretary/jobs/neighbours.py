@@ -28,10 +28,12 @@ def neighbours(
     best: dict[tuple[int, int], float] = {
         (a, b): s for a, b, s in similar_pairs(ids, vectors, threshold)
     }
-    for seed, vector in zip(seeds, vectors, strict=True):
+    # One request for every seed; one more hit than wanted: the seed itself, if indexed, is
+    # its own nearest hit.
+    hits = store.index.query_many(namespace, list(vectors), per_seed + 1)
+    for seed, found_hits in zip(seeds, hits, strict=True):
         found = 0
-        # One more than wanted: the seed itself, if indexed, is its own nearest hit.
-        for hit in store.index.query(namespace, vector, per_seed + 1):
+        for hit in found_hits:
             if hit.memory_id == seed.id or hit.similarity < threshold:
                 continue
             pair = (min(seed.id, hit.memory_id), max(seed.id, hit.memory_id))

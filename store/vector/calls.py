@@ -6,8 +6,9 @@ apart so that the index module holds the collections' life cycle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -60,14 +61,31 @@ def nearest(
     )
 
 
+def nearest_many(collection: Collection, *, vectors: FloatArray, n: int) -> QueryResult:
+    """The ``n`` nearest of each of several vectors, in one request."""
+    return collection.query(query_embeddings=vectors, n_results=n, include=["distances"])
+
+
+def write_vectors(
+    collection: Collection,
+    *,
+    ids: list[str],
+    embeddings: FloatArray,
+    metadatas: Sequence[Mapping[str, Any]],
+) -> bool:
+    collection.upsert(ids=ids, embeddings=embeddings, metadatas=list(metadatas))
+    return True  # written (``VectorIndex._call`` answers None when the collection is missing)
+
+
 def vectors_page(collection: Collection, *, offset: int, limit: int) -> GetResult:
     return collection.get(limit=limit, offset=offset, include=["metadatas"])
 
 
-def hits_of(result: QueryResult) -> list[VectorHit]:
-    """Turn a one-query result into hits; Chroma's cosine distance is 1 - similarity."""
-    ids = result["ids"][0] if result["ids"] else []
-    distances = (result["distances"] or [[]])[0]
+def hits_of(result: QueryResult, row: int = 0) -> list[VectorHit]:
+    """Turn one query's result (the ``row``-th of several) into hits; Chroma's cosine
+    distance is 1 - similarity."""
+    ids = result["ids"][row] if result["ids"] else []
+    distances = (result["distances"] or [[]] * (row + 1))[row]
     return [
         VectorHit(
             memory_id=memory_id_of(vector_id),
@@ -93,3 +111,10 @@ def int_field(metadata: Mapping[str, object], key: str) -> int:
             f"vector metadata {key!r} is {value!r}, not an int: rebuild the index"
         )
     return value
+
+
+def vanished(namespace: str) -> VectorIndexError:
+    return VectorIndexError(
+        f"the collection a rebuild of namespace {namespace!r} fills is gone: "
+        "the next sync starts that rebuild over"
+    )

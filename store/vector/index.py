@@ -43,7 +43,10 @@ from store.vector.calls import (
     int_field,
     memory_id_of,
     nearest,
+    nearest_many,
+    vanished,
     vectors_page,
+    write_vectors,
 )
 from store.vector.chroma import (
     EmbedderMismatchError,
@@ -186,11 +189,13 @@ class VectorIndex:
         for start in range(0, len(latest), limit):
             batch = latest[start : start + limit]
             embeddings = self._embed([item.text for item in batch])
-            write = partial(_write_vectors, items=batch, embeddings=embeddings)
+            ids = [str(item.memory_id) for item in batch]
+            fields = [{**item.fields, "version": item.version} for item in batch]
+            write = partial(write_vectors, ids=ids, embeddings=embeddings, metadatas=fields)
             action = f"writing {len(batch)} vectors to namespace {namespace!r}"
             for slot in slots:
                 if self._call(namespace, action, write, create=slot == LIVE, slot=slot) is None:
-                    raise _vanished(namespace)
+                    raise vanished(namespace)
 
     def delete(
         self, namespace: str, memory_ids: Sequence[int], *, slots: Sequence[str] = (LIVE,)
@@ -240,6 +245,19 @@ class VectorIndex:
         search = partial(nearest, vector=vector, n=n, ids=ids, where=where)
         result = self._call(namespace, f"querying namespace {namespace!r}", search, create=False)
         return [] if result is None else hits_of(result)
+
+    def query_many(
+        self, namespace: str, embeddings: Sequence[np.ndarray], n: int
+    ) -> list[list[VectorHit]]:
+        """The ``n`` nearest memories of each embedding, in one request; [] each if none."""
+        if n <= 0 or not len(embeddings):
+            return [[] for _ in embeddings]
+        vectors = np.stack([self._query_vector(embedding) for embedding in embeddings])
+        search = partial(nearest_many, vectors=vectors, n=n)
+        result = self._call(namespace, f"querying namespace {namespace!r}", search, create=False)
+        if result is None:
+            return [[] for _ in embeddings]
+        return [hits_of(result, row) for row in range(len(embeddings))]
 
     def filterable(self, namespace: str) -> bool:
         """Tell whether the namespace's collection filters by what vectors carry (``FILTERABLE``);
@@ -375,7 +393,7 @@ class VectorIndex:
     def _require(self, namespace: str, slot: str) -> None:
         """Open the slot's collection for writing: the live one is created if missing."""
         if self._collection(namespace, create=slot == LIVE, slot=slot) is None:
-            raise _vanished(namespace)
+            raise vanished(namespace)
 
     def _lookup(self, name: str) -> Collection | None:
         try:
@@ -471,24 +489,6 @@ class VectorIndex:
             raise VectorIndexError(f"cannot reach {self._target} while {action}: {exc}") from exc
         except (ChromaError, httpx.HTTPStatusError) as exc:
             raise VectorIndexError(f"{self._target} failed while {action}: {exc}") from exc
-
-
-def _write_vectors(
-    collection: Collection, *, items: Sequence[IndexItem], embeddings: FloatArray
-) -> bool:
-    collection.upsert(
-        ids=[str(item.memory_id) for item in items],
-        embeddings=embeddings,
-        metadatas=[{**item.fields, "version": item.version} for item in items],
-    )
-    return True  # written (``_call`` answers None when the collection is missing)
-
-
-def _vanished(namespace: str) -> VectorIndexError:
-    return VectorIndexError(
-        f"the collection a rebuild of namespace {namespace!r} fills is gone: "
-        "the next sync starts that rebuild over"
-    )
 
 
 def _namespace_of(collection: Collection) -> str | None:

@@ -475,3 +475,18 @@ def test_count_is_the_live_collection_s_vectors(index: VectorIndex, ns: str) -> 
     index.prepare_next(ns)
     index.upsert(ns, [_item(3, "Carol likes cocoa")], slots=(NEXT,))
     assert index.count(ns) == 2
+
+
+def test_query_many_answers_what_one_query_each_answers(
+    index: VectorIndex, embedder: FakeEmbedder
+) -> None:
+    texts = ["tea in the morning", "a hike with Tom", "the train to work", "tea with Tom"]
+    index.upsert(
+        "maya", [IndexItem(memory_id=i + 1, version=1, text=t) for i, t in enumerate(texts)]
+    )
+    vectors = list(embedder.embed(["tea", "hike with Tom", "work"]))
+    many = index.query_many("maya", vectors, 3)
+    assert many == [index.query("maya", vector, 3) for vector in vectors]
+    assert [len(hits) for hits in many] == [3, 3, 3]
+    assert index.query_many("nobody", vectors, 3) == [[], [], []]
+    assert index.query_many("maya", [], 3) == []
