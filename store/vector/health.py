@@ -30,6 +30,9 @@ BACKLOG_SCAN = 20_000  # the oldest entries counted per namespace (a full count 
 REFRESH_SECONDS = 5.0  # how old the SQL part of the snapshot may be
 PROBE_SECONDS = 10.0  # between heartbeats to Chroma
 COUNT_SECONDS = 300.0  # between comparisons of vector and memory counts
+# Namespaces counted per comparison, taking turns: a store of thousands of namespaces is not
+# counted all at once (one request each to a Chroma server that serves the night's jobs too).
+COUNT_BATCH = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +139,7 @@ class IndexStatus:
         self._taken_at: float | None = None  # when the SQL part was last read
         self._probed_at: float | None = None
         self._counted_at: float | None = None
+        self._count_cursor: str | None = None  # the last namespace counted
         self._refreshing = threading.Lock()  # one reader of SQL at a time
         self._publishing = threading.Lock()  # no update lost between threads
 
@@ -224,7 +228,9 @@ class IndexStatus:
         memories = self._reads.active_counts()
         index = self._index()
         quiet = sorted((revisions.keys() | memories.keys()) - behind.keys() - marks.keys())
-        vectors = {ns: n for ns in quiet if (n := _count_of(index, ns)) is not None}
+        chosen = next_batch(quiet, after=self._count_cursor, size=COUNT_BATCH)
+        self._count_cursor = chosen[-1] if chosen else None
+        vectors = {ns: n for ns in chosen if (n := _count_of(index, ns)) is not None}
         _, behind_after = self._reads.backlog(scan=BACKLOG_SCAN)
         moved = {ns for ns, rev in self._reads.revisions().items() if revisions.get(ns) != rev}
         verdicts = dict(self._health.miscounted)
@@ -256,6 +262,12 @@ def _count_of(index: VectorIndex, namespace: str) -> int | None:
         return index.count(namespace)
     except IncompatibleCollection:
         return None
+
+
+def next_batch(names: list[str], *, after: str | None, size: int) -> list[str]:
+    """The next ``size`` of the sorted ``names`` after ``after``, going round to the start."""
+    later = [name for name in names if after is None or name > after]
+    return (later + [name for name in names if name not in later])[:size]
 
 
 def _given(value: float | None, default: float) -> float:

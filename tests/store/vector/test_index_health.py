@@ -20,6 +20,7 @@ from store.api.app import create_app
 from store.api.deps import api_state
 from store.service import Store
 from store.vector import health as index_status
+from store.vector.health import next_batch
 from store.vector.index import VectorIndex, VectorIndexError
 from tests.conftest_chroma import ChromaServer
 from tests.helpers.fake_embedder import FakeEmbedder
@@ -297,3 +298,12 @@ def test_readyz_waits_for_the_warm_up(store: Store, client: TestClient) -> None:
     api_state(client.app).warmer.run()  # type: ignore[arg-type]
 
     assert health(client, "/readyz")["lexical_index"] == {"status": "warm", "warm": True}
+
+
+def test_counts_take_turns_over_the_namespaces() -> None:
+    names = ["a", "b", "c", "d", "e"]
+    assert next_batch(names, after=None, size=2) == ["a", "b"]
+    assert next_batch(names, after="b", size=2) == ["c", "d"]
+    assert next_batch(names, after="d", size=2) == ["e", "a"]  # round to the start
+    assert next_batch(names, after="zz", size=9) == names  # one gone: from the start, each once
+    assert next_batch([], after="a", size=2) == []
