@@ -103,7 +103,13 @@ class Indexer:
     # HNSW segment directories this process zeroed the unused slots of (store.vector.segments).
     _scrubbed: set[str] = field(default_factory=set, init=False)
 
-    def sync(self, *, limit: int | None = None, progress: Progress | None = None) -> int:
+    def sync(
+        self,
+        *,
+        limit: int | None = None,
+        progress: Progress | None = None,
+        wait: float | None = None,
+    ) -> int:
         """Finish the pending rebuilds, then apply pending outbox entries, in batches; return
         how many memories were copied and entries applied.
 
@@ -111,13 +117,20 @@ class Indexer:
         again is applied at its newest state; an entry is removed only after Chroma has it, so
         a crash anywhere repeats work but never loses it. One process writes the index at a
         time (a lease in the database): an embedded Chroma is not safe to write from two
-        processes, and two writers would embed the same memories twice.
+        processes, and two writers would embed the same memories twice. ``wait`` bounds how
+        long to wait for another writer (SYNC_WAIT_SECONDS by default; 0: sync only if nobody
+        does now, as a job's run asks: the one syncing applies its entries too).
         """
         if not self.db.work.outbox_size() and not self.db.rebuilds.pending():
             return 0
-        with self._writing() as lease:
+        with self._writing(wait) as lease:
             if lease is None:
-                logger.warning("another process keeps writing the vector index: not syncing now")
+                if wait == 0:  # the caller only wanted a sync nobody else was running
+                    logger.debug("the vector index is being synced by another run")
+                else:
+                    logger.warning(
+                        "another process keeps writing the vector index: not syncing now"
+                    )
                 return 0
             done = 0
             for mark in self.db.rebuilds.pending().values():
