@@ -121,17 +121,21 @@ def _install(point: KillPoint, hit: int) -> None:
         Writer.unit = unit_then_die  # type: ignore[method-assign,assignment]
     elif point == "mid-upsert":
         # Chroma got the first half of a batch of vectors.
-        write = store.vector.index._write_vectors
+        write = store.vector.index.write_vectors
 
         @wraps(write)
-        def write_half_then_die(collection: Any, *, items: Any, embeddings: Any) -> Any:
+        def write_half_then_die(
+            collection: Any, *, ids: Any, embeddings: Any, metadatas: Any
+        ) -> Any:
             if not counter.reached():
-                return write(collection, items=items, embeddings=embeddings)
-            half = max(1, len(items) // 2)
-            write(collection, items=items[:half], embeddings=embeddings[:half])
+                return write(collection, ids=ids, embeddings=embeddings, metadatas=metadatas)
+            half = max(1, len(ids) // 2)
+            write(
+                collection, ids=ids[:half], embeddings=embeddings[:half], metadatas=metadatas[:half]
+            )
             die()
 
-        store.vector.index._write_vectors = write_half_then_die
+        store.vector.index.write_vectors = write_half_then_die
     elif point == "rebuild-copied":
         # A batch of a rebuild is in the new collection, and the rebuild's row says so.
         advance = RebuildTable.advance

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -373,3 +375,33 @@ def test_litellm_embedder_dimension_change_raises_embedder_error(
 
     with pytest.raises(EmbedderError, match="from 12 to 3"):
         embedder.embed(["second"])
+
+
+def test_onnx_embedder_runs_one_inference_at_a_time(
+    onnx_embedder: OnnxMiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Inferences side by side each grew the runtime's memory (16 of a night's runs at once:
+    # 150 -> 440 MB in one process); each one already uses every core.
+    inner = OnnxMiniLMEmbedder._run
+    lock = threading.Lock()
+    at_once = [0, 0]  # now, most
+
+    def counted(runtime: Any, encodings: Any) -> Any:
+        with lock:
+            at_once[0] += 1
+            at_once[1] = max(at_once)
+        try:
+            time.sleep(0.01)  # long enough for the others to try
+            return inner(runtime, encodings)
+        finally:
+            with lock:
+                at_once[0] -= 1
+
+    monkeypatch.setattr(OnnxMiniLMEmbedder, "_run", staticmethod(counted))
+    texts = [f"a short text number {n}" for n in range(4)]
+    threads = [threading.Thread(target=onnx_embedder.embed, args=(texts,)) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert at_once == [0, 1]
