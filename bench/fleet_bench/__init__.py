@@ -1,0 +1,1 @@
+"""The fleet benchmark (`python bench/fleet.py`): a night's dreaming for many namespaces."""
