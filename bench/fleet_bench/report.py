@@ -34,8 +34,8 @@ NOTES = [
     "assume hosts of their own. What the extra daemons show here is correctness: every unit "
     "once, a killed daemon's units taken over, the rate limit held across them.",
     "Code changed between the configurations (each names its commit). The 1,000-namespace "
-    "night (1,600 s at eb45140; 1,570 s at 11d4e7a, before each new memory was embedded once "
-    "and a run's neighbours were asked for in one request) ran before runs stopped queueing "
+    "night (1,600 s at eb45140; an earlier run, before a run's neighbours were asked for in "
+    "one request, took 1,570 s) ran before runs stopped queueing "
     "on the index-sync lease (8cb5f0c); with all three, the 100-namespace night went from "
     "134 s (11d4e7a) to 77 s. The 100-namespace nights ran before the embedder took one "
     "inference at a time (2dbb745), which bounds the memory their 940-974 MiB peaks show "
