@@ -131,7 +131,7 @@ def _run_lock(
         return
     KEEPER.keep(lock)  # renewed while the run waits on the model too, so it lapses soon if killed
     try:
-        yield lock.renew
+        yield lock.confirm  # a write at most every third of the ttl (the keeper writes too)
     finally:
         KEEPER.drop(lock)
         lock.release()

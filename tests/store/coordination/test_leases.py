@@ -10,7 +10,7 @@ from freezegun import freeze_time
 from sqlalchemy import Engine
 
 from store.clock import utc_now
-from store.coordination.leases import Lease, LeaseHeld, current_lease, holder_id
+from store.coordination.leases import Lease, LeaseHeld, LeaseKeeper, current_lease, holder_id
 
 T0 = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)
@@ -102,3 +102,75 @@ def test_lease_concurrent_acquire_exactly_one_wins(engine: Engine) -> None:
     assert len(won) == 1
     assert len(refused) == contenders - 1
     assert current_lease(engine).holder == won[0]  # type: ignore[union-attr]
+
+
+def _expiry(engine: Engine, name: str) -> datetime:
+    held = current_lease(engine, name)
+    assert held is not None
+    return held.expires_at
+
+
+def test_confirm_writes_only_once_a_third_of_the_ttl_passed(engine: Engine) -> None:
+    with freeze_time(T0) as frozen:
+        holder = lease(engine, "a")
+        holder.acquire()
+        first = _expiry(engine, holder.name)
+        frozen.tick(timedelta(seconds=19))
+        assert holder.confirm()
+        assert _expiry(engine, holder.name) == first  # renewed 19 s ago: nothing written
+        frozen.tick(timedelta(seconds=2))
+        assert holder.confirm()
+        assert _expiry(engine, holder.name) == first + timedelta(seconds=21)
+
+
+def test_confirm_finds_a_lost_lease_once_it_may_have_been_taken(engine: Engine) -> None:
+    with freeze_time(T0) as frozen:
+        old = lease(engine, "old")
+        old.acquire()
+        frozen.tick(TTL + timedelta(seconds=1))  # its renewals did not land: it lapsed
+        lease(engine, "new").acquire()
+        assert old.confirm() is False
+
+
+class CountingLease(Lease):
+    def __init__(self, engine: Engine, holder: str, ttl: timedelta) -> None:
+        super().__init__(engine, holder=holder, ttl=ttl, clock=utc_now, name=f"run:{holder}")
+        self.renewals = 0
+
+    def renew(self) -> bool:
+        self.renewals += 1
+        return super().renew()
+
+
+def test_keeper_renews_each_lease_when_it_is_due_not_when_another_comes(engine: Engine) -> None:
+    now = [0.0]
+    keeper = LeaseKeeper(clock=lambda: now[0])
+    early = CountingLease(engine, "early", TTL)  # due every 20 s
+    early.acquire()
+    keeper.keep(early)  # its thread waits on the clock given, which only the test moves
+    for second in range(1, 16):  # leases coming and going meanwhile renew nothing
+        now[0] = float(second)
+        other = CountingLease(engine, f"other{second}", TTL)
+        keeper.keep(other)
+        assert keeper.due() == []
+        keeper.drop(other)
+    now[0] = 20.0
+    assert keeper.due() == [early]
+    now[0] = 39.0
+    assert keeper.due() == []
+    now[0] = 40.0
+    assert keeper.due() == [early]
+
+
+def test_keeper_thread_keeps_a_lease_alive_and_stops_when_it_is_dropped(engine: Engine) -> None:
+    keeper = LeaseKeeper()
+    held = CountingLease(engine, "kept", timedelta(seconds=0.3))  # due every 0.1 s
+    held.acquire()
+    keeper.keep(held)
+    deadline = threading.Event()
+    deadline.wait(0.55)
+    kept = held.renewals
+    keeper.drop(held)
+    deadline.wait(0.3)
+    assert 2 <= kept <= 6  # due at 0.1, 0.2, ... s: 5 on an idle machine
+    assert held.renewals <= kept + 1  # at most one renewal was already under way
