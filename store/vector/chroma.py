@@ -12,6 +12,11 @@ from urllib.parse import urlsplit
 import chromadb
 import httpx
 from chromadb.api import ClientAPI
+from chromadb.api.collection_configuration import (
+    CreateCollectionConfiguration,
+    UpdateHNSWConfiguration,
+)
+from chromadb.api.models.Collection import Collection
 from chromadb.config import APIVersion, Settings
 from chromadb.errors import ChromaError
 
@@ -116,3 +121,34 @@ def _set_request_timeout(client: ClientAPI, timeout: float) -> None:
     session = getattr(getattr(client, "_server", None), "_session", None)
     if isinstance(session, httpx.Client):
         session.timeout = httpx.Timeout(timeout)
+
+
+# How often a collection's HNSW graph is written to disk: after every HNSW_SYNC log entries
+# (Chroma's default is 1,000, with 100 buffered before they enter the graph). Until then the
+# entries stay in Chroma's write-ahead log, which is one SQLite table for every collection;
+# each write (and each first read after a start) reads the log from where its collection was
+# last written, and the log is only purged up to the collection written longest ago. With many
+# namespaces of a few hundred memories, which never reach 1,000, the log kept every vector ever
+# written: at 1,000 namespaces of 300 an upsert of 20 vectors cost the server 180 ms of CPU and
+# a first count 195 ms. At 20, 10-11 ms and 6 ms (300 collections; the log then holds a few
+# hundred entries); a namespace of 100,000 pays it in upserts of 20 (87 ms instead of 38 ms),
+# while single upserts and queries cost the same or less (bench/results/chroma_sync.md).
+HNSW_SYNC = 20
+HNSW_PERSISTENCE: UpdateHNSWConfiguration = {"sync_threshold": HNSW_SYNC, "batch_size": HNSW_SYNC}
+COLLECTION_CONFIGURATION: CreateCollectionConfiguration = {
+    "hnsw": {"space": "cosine", "sync_threshold": HNSW_SYNC, "batch_size": HNSW_SYNC}
+}
+
+
+def persists_often(collection: Collection) -> bool:
+    """Return whether the collection writes its graph every HNSW_SYNC entries, setting it so
+    if not (collections made before HNSW_SYNC, or by another version; it may be changed on an
+    existing collection). False if Chroma would not change it (the collection still works)."""
+    hnsw = (collection.configuration or {}).get("hnsw") or {}
+    if hnsw.get("sync_threshold") == HNSW_SYNC:  # batch_size is set with it, never shown
+        return True
+    try:
+        collection.modify(configuration={"hnsw": HNSW_PERSISTENCE})
+    except (ChromaError, ValueError):
+        return False
+    return True

@@ -6,11 +6,12 @@ lets a caller find what drifted.
 
 A rebuild fills a second collection of the namespace (slot ``NEXT``) while searches keep using
 the one in place (``LIVE``), then ``promote()`` puts the new one in its place by renaming; the
-indexer (``store.vector.indexer``) drives it and records its progress in SQL.
+indexer (``store.vector.indexer``) drives it and records its progress in SQL. How often a
+collection saves its graph is set in ``store.vector.chroma`` (``COLLECTION_CONFIGURATION``).
 
 One vector per memory is a measured choice: extra vectors per sentence and of "previous turn +
-turn" were worth 0.5 points of LoCoMo recall@10 but cost 3.6 vectors per memory, i.e. 3.6x the
-indexing time and the resident memory of the HNSW graph (about 2.3 KB per vector).
+turn" were worth 0.5 points of LoCoMo recall@10 but cost 3.6x the vectors, the indexing time
+and the resident memory of the HNSW graph (about 2.3 KB per vector).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import numpy as np
 import numpy.typing as npt
 from chromadb.api import ClientAPI
 from chromadb.api.client import Client
-from chromadb.api.collection_configuration import CreateCollectionConfiguration
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError, NotFoundError
 from loguru import logger
@@ -49,12 +49,14 @@ from store.vector.calls import (
     write_vectors,
 )
 from store.vector.chroma import (
+    COLLECTION_CONFIGURATION,
     EmbedderMismatchError,
     IncompatibleCollection,
     VectorIndexError,
     describe_target,
     embedded_path,
     open_client,
+    persists_often,
 )
 from store.vector.filters import filter_fields, where_of
 from store.views import MemoryView
@@ -81,16 +83,13 @@ COLLECTION_PREFIX = "mem_"
 # Collection name suffixes of a namespace's slots: the collection searches use, the one a
 # rebuild fills, and the one a rebuild replaced (dropped once the new one is in place).
 LIVE, NEXT, OLD = "", "_next", "_old"
-# Recorded in each collection's metadata: a collection of another layout (older versions kept
-# several vectors per memory) is refused until `secretary index rebuild`.
+# In each collection's metadata: another layout (older versions: several vectors per memory)
+# is refused until `secretary index rebuild`.
 LAYOUT = "memory-v1"
-_COSINE: CreateCollectionConfiguration = {"hnsw": {"space": "cosine"}}
 # Rows per get() while listing versions. Embedded Chroma fails on pages of ~32k rows
 # ("too many SQL variables", SQLite's limit), and offset paging gets slower per page.
 _VERSIONS_PAGE = 5000
-# Vectors per write. Chroma builds the HNSW graph during the request (~300-1000
-# vectors/s on 2 cores), so its max batch (5461) could outlast a 10 s HTTP timeout.
-_WRITE_BATCH = 1000
+_WRITE_BATCH = 1000  # per write: its max batch (5461) could outlast a 10 s HTTP timeout
 _COLLECTIONS_PAGE = 100
 _FALLBACK_BATCH = 1000  # when the server does not report its max batch size
 
@@ -412,7 +411,7 @@ class VectorIndex:
             if create:
                 collection = self._client.get_or_create_collection(
                     name,
-                    configuration=_COSINE,
+                    configuration=COLLECTION_CONFIGURATION,
                     metadata=self._collection_metadata(namespace),
                     embedding_function=None,  # we embed; Chroma's default would download a model
                 )
@@ -421,7 +420,8 @@ class VectorIndex:
                     collection = self._client.get_collection(name, embedding_function=None)
                 except NotFoundError:
                     return None  # not cached: it may be created later
-        self._check_collection(namespace, collection)
+            self._check_collection(namespace, collection)
+            persists_often(collection)
         cache[namespace] = collection
         return collection
 

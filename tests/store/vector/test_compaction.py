@@ -17,6 +17,7 @@ import pytest
 from chromadb.api.collection_configuration import CreateCollectionConfiguration
 from chromadb.config import Settings
 
+import store.vector.index as vector_index
 from store.vector.compaction import DB_FILE, Compacted, CompactionFailed, compact
 from store.vector.index import IndexItem, VectorIndex
 from store.vector.segments import scrub, segment_dirs
@@ -64,6 +65,15 @@ def queue_rows(root: Path) -> list[tuple[str, int]]:
         return db.execute("SELECT id, operation FROM embeddings_queue ORDER BY seq_id").fetchall()
 
 
+@pytest.fixture
+def saved_rarely(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collections as Chroma makes them by default (their graph saved every 1,000 changes), as
+    in stores made before ``store.vector.chroma.HNSW_SYNC``: the log keeps what they were sent."""
+    monkeypatch.setattr(vector_index, "COLLECTION_CONFIGURATION", {"hnsw": {"space": "cosine"}})
+    monkeypatch.setattr(vector_index, "persists_often", lambda collection: True)
+
+
+@pytest.mark.usefixtures("saved_rarely")
 def test_compact_drops_what_deletes_superseded_and_reopened_chroma_holds_the_same(
     index: VectorIndex, tmp_path: Path
 ) -> None:
