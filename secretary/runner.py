@@ -209,10 +209,10 @@ class _Run:
         )
         try:
             if self.job.uses_index and not self.dry_run and db.work.outbox_size():
-                # Neighbours are found through the index: bring it up to date with SQL first,
-                # unless another run (or the API's worker) is doing so this moment; the run's
-                # new memories are compared with each other directly meanwhile.
-                self.store.indexer.sync(wait=0)
+                # Neighbours are found through the index: bring the namespace's vectors up to
+                # date with SQL first, unless another run (or the API's worker) is writing the
+                # index this moment; new memories are compared with each other directly anyway.
+                self.store.indexer.sync(wait=0, namespace=namespace)
             return self._parts(ctx)
         except BaseException as exc:
             logger.opt(exception=exc).error("job {} on namespace {} failed", name, namespace)

@@ -109,9 +109,13 @@ class Indexer:
         limit: int | None = None,
         progress: Progress | None = None,
         wait: float | None = None,
+        namespace: str | None = None,
     ) -> int:
         """Finish the pending rebuilds, then apply pending outbox entries, in batches; return
-        how many memories were copied and entries applied.
+        how many memories were copied and entries applied. With ``namespace``, apply only that
+        namespace's entries and leave the rebuilds: what a job's run needs before it reads its
+        namespace's neighbours (a run that drained everyone's entries kept its unit busy for
+        ten minutes in a night of three daemons, indexing what the others' runs kept adding).
 
         Each batch reads the memories' *current* rows, so an entry for a memory that changed
         again is applied at its newest state; an entry is removed only after Chroma has it, so
@@ -133,12 +137,12 @@ class Indexer:
                     )
                 return 0
             done = 0
-            for mark in self.db.rebuilds.pending().values():
+            for mark in self.db.rebuilds.pending().values() if namespace is None else ():
                 if limit is not None and done >= limit:
                     break
                 done += sum(self._rebuild(mark, self._left(limit, done), progress, lease))
             if limit is None or done < limit:
-                done += self._drain(self._left(limit, done), progress, lease)
+                done += self._drain(self._left(limit, done), progress, lease, namespace)
             self._compact_if_due(lease)
             if done:
                 self._scrub_new_segments()
@@ -237,9 +241,9 @@ class Indexer:
                     progress(len(batch))
                 self._batch_done()
                 # Keep the collection in place current for searches while the new one fills.
-                drained += self._drain(self.batch_size, None, lease)
+                drained += self._drain(self.batch_size, None, lease, None)
             # Everything changed so far reaches the new collection before it takes over.
-            drained += self._drain(None, None, lease)
+            drained += self._drain(None, None, lease, None)
             self.db.rebuilds.promoting(namespace, now=self.clock())
         if not self.index.promote(namespace):
             logger.warning(
@@ -277,12 +281,15 @@ class Indexer:
             )
         return mark.after_id, mark.copied
 
-    def _drain(self, limit: int | None, progress: Progress | None, lease: Lease) -> int:
-        """Apply outbox entries (all, or up to ``limit``); return how many were applied."""
+    def _drain(
+        self, limit: int | None, progress: Progress | None, lease: Lease, namespace: str | None
+    ) -> int:
+        """Apply outbox entries (all, or up to ``limit``; of one namespace, or of every one);
+        return how many were applied."""
         done = 0
         while limit is None or done < limit:
             size = self.batch_size if limit is None else min(self.batch_size, limit - done)
-            entries = self.db.work.outbox(limit=size)
+            entries = self.db.work.outbox(limit=size, namespace=namespace)
             if not entries:
                 break
             rebuilding = self.db.rebuilds.pending()  # asked for by anyone, up to this batch

@@ -51,3 +51,18 @@ def test_sync_with_an_empty_outbox_takes_no_lease(store: Store) -> None:
     other.acquire()
 
     assert store.indexer.sync() == 0  # nothing to do: no wait for the other writer
+
+
+def test_sync_of_one_namespace_applies_its_entries_and_leaves_the_others(store: Store) -> None:
+    store.add_memories(
+        "mine", [{"content": "Maya went hiking."}, {"content": "Maya cooks."}], now=NOW
+    )
+    store.add_memories("other", [{"content": "Leo plays chess."}], now=NOW)
+
+    assert store.indexer.sync(wait=0, namespace="mine") == 2
+
+    assert [entry.namespace for entry in store.db.work.outbox(limit=10)] == ["other"]
+    assert store.indexer.verify("mine").clean
+    assert store.index.count("other") == 0
+    assert store.indexer.sync() == 1  # a full sync takes the rest
+    assert store.indexer.verify("other").clean
