@@ -126,13 +126,15 @@ def _set_request_timeout(client: ClientAPI, timeout: float) -> None:
 # How often a collection's HNSW graph is written to disk: after every HNSW_SYNC log entries
 # (Chroma's default is 1,000, with 100 buffered before they enter the graph). Until then the
 # entries stay in Chroma's write-ahead log, which is one SQLite table for every collection;
-# each write (and each first read after a start) reads the log from where its collection was
+# each write, query and first read after a start reads the log from where its collection was
 # last written, and the log is only purged up to the collection written longest ago. With many
 # namespaces of a few hundred memories, which never reach 1,000, the log kept every vector ever
-# written: at 1,000 namespaces of 300 an upsert of 20 vectors cost the server 180 ms of CPU and
-# a first count 195 ms. At 20, 10-11 ms and 6 ms (300 collections; the log then holds a few
-# hundred entries); a namespace of 100,000 pays it in upserts of 20 (87 ms instead of 38 ms),
-# while single upserts and queries cost the same or less (bench/results/chroma_sync.md).
+# written: at 1,000 namespaces of 300 the server spent 182 ms of CPU on an upsert of 20 vectors,
+# 188 ms on a query of 20 and 199 ms on a first count. At 20: 11, 6.5 and 6 ms, the log holding
+# 1,000 entries. At 100 the same, but a namespace written fewer than 100 times a night would
+# keep its older entries, and everyone's since, for nights. A namespace of 100,000 pays for 20
+# in upserts of 20 (82 ms instead of 33); single upserts and queries cost the same or less
+# (bench/results/chroma_sync.md).
 HNSW_SYNC = 20
 HNSW_PERSISTENCE: UpdateHNSWConfiguration = {"sync_threshold": HNSW_SYNC, "batch_size": HNSW_SYNC}
 COLLECTION_CONFIGURATION: CreateCollectionConfiguration = {
