@@ -101,10 +101,11 @@ def targets(nights: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
             "MiB",
         )
     )
-    for size in (1000, 100):  # the size first; 100 namespaces also run on two cores
-        base = nights.get(f"n{size}-d1-l1")
+    # The size first; 100 namespaces also run on two cores, with a 1 s and a 5 s model.
+    for size, latency in ((1000, 1), (100, 1), (100, 5), (300, 5)):
+        base = nights.get(f"n{size}-d1-l{latency}")
         for daemons, want in SCALING_TARGETS.items():
-            other = nights.get(f"n{size}-d{daemons}-l1")
+            other = nights.get(f"n{size}-d{daemons}-l{latency}")
             if size != 1000 and other is None:
                 continue
             ratio = (
@@ -112,7 +113,10 @@ def targets(nights: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
                 if base and other and throughput(base)
                 else None
             )
-            what = f"{daemons} daemons on PostgreSQL, {size:,} namespaces: throughput against one"
+            what = (
+                f"{daemons} daemons on PostgreSQL, {size:,} namespaces, model {latency} s: "
+                "throughput against one"
+            )
             if base and other and _commit(base) != _commit(other):
                 what += f" (**measured at commits {_commit(base)} and {_commit(other)}**)"
             rows.append(

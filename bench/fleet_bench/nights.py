@@ -25,6 +25,16 @@ def full(lines: tuple[int, int], seed: int = 0) -> list[Night]:
         Night(name="n100-d2-l1", sizes=sizes(100), daemons=2, **base),
         Night(name="n100-d3-l1", sizes=sizes(100), daemons=3, **base),
         Night(name="n100-d3-l1-kill", sizes=sizes(100), daemons=3, kill_at=0.5, **base),
+        # The same with a model answering in 5 s, as hosted models often do: the night is then
+        # bound by the model, not by two cores, and more daemons can show what they add.
+        Night(name="n100-d1-l5", sizes=sizes(100), latency=5.0, **base),
+        Night(name="n100-d2-l5", sizes=sizes(100), daemons=2, latency=5.0, **base),
+        Night(name="n100-d3-l5", sizes=sizes(100), daemons=3, latency=5.0, **base),
+        # 100 units fill 48 slots in about two waves of ~30 s, which hides what a third daemon
+        # adds; 300 namespaces make enough waves.
+        Night(name="n300-d1-l5", sizes=sizes(300), latency=5.0, **base),
+        Night(name="n300-d2-l5", sizes=sizes(300), daemons=2, latency=5.0, **base),
+        Night(name="n300-d3-l5", sizes=sizes(300), daemons=3, latency=5.0, **base),
         Night(name="n1000-d1-l1", sizes=sizes(1000), **base),
         Night(name="n1000-d2-l1", sizes=sizes(1000), daemons=2, **base),
         Night(name="n1000-d3-l1", sizes=sizes(1000), daemons=3, **base),

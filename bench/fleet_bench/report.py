@@ -28,18 +28,27 @@ NOTES = [
     "The machine's two cores are shared with the PostgreSQL server, the Chroma server, the "
     "model server (in the benchmark's process) and anything else running: each configuration "
     "gives the machine's busy share over its night and the CPU seconds of each daemon.",
-    "Reading the results on one two-core machine: a night there is bound by the CPU, not the "
-    "model (at 1,000 namespaces the Chroma server used more CPU seconds than the daemon), so "
-    "more daemons on the same cores cannot go faster; the issue's targets for 2 and 3 daemons "
-    "assume hosts of their own. What the extra daemons show here is correctness: every unit "
-    "once, a killed daemon's units taken over, the rate limit held across them.",
-    "Code changed between the configurations (each names its commit). The 1,000-namespace "
-    "night (1,600 s at eb45140; an earlier run, before a run's neighbours were asked for in "
-    "one request, took 1,570 s) ran before runs stopped queueing "
-    "on the index-sync lease (8cb5f0c); with all three, the 100-namespace night went from "
-    "134 s (11d4e7a) to 77 s. The 100-namespace nights ran before the embedder took one "
-    "inference at a time (2dbb745), which bounds the memory their 940-974 MiB peaks show "
-    "(16 inferences side by side grew a process from 150 to 440 MB).",
+    "Reading the results on one two-core machine: with a model answering in 1 s a night there "
+    "is bound by the CPU, not the model (one daemon keeps the machine 80-90% busy), so more "
+    "daemons on the same cores cannot go faster. With a model answering in 5 s (the *-l5 "
+    "configurations; hosted models often take 3-10 s for structured output) one daemon leaves "
+    "the machine mostly idle (26% busy at 300 namespaces), and a second and third daemon add "
+    "their calls in flight, until the two cores are the bound again (86% busy with three). At "
+    "100 namespaces 48 slots are filled in about two waves of ~30 s units, which caps what a "
+    "third daemon can show. What the extra daemons also show is correctness: every unit once, "
+    "a killed daemon's units taken over, the rate limit held across them.",
+    "Code changed between configurations only where a configuration names another commit. What "
+    "took the 1,000-namespace night from 1,600 s (eb45140) to under 600 s: runs stopped queueing "
+    "on the index-sync lease (8cb5f0c); the embedder runs one inference at a time (2dbb745); "
+    "run leases are renewed when due, not each time another run starts (3955bae: 52 lease "
+    "writes per namespace before); and Chroma saves each collection's graph every 20 changes "
+    "(48f3b8c): with Chroma's default of 1,000 its write-ahead log kept all 300,000 vectors and "
+    "every write read it, so the Chroma server spent 1,096 CPU-seconds on the night against "
+    "70 after (bench/results/chroma_sync.md). The 1,000- and 100-namespace nights ran before "
+    "a run's index sync was limited to its own namespace (bcbf9fa): in n1000-d3-l1-kill one "
+    "unit drained every namespace's outbox for ten minutes while the other runs kept adding "
+    "to it, and finished 190 s after all the others (done at 522 s); the 300-namespace nights "
+    "ran after it.",
 ]
 
 
