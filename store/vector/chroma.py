@@ -19,6 +19,7 @@ from chromadb.api.collection_configuration import (
 from chromadb.api.models.Collection import Collection
 from chromadb.config import APIVersion, Settings
 from chromadb.errors import ChromaError
+from loguru import logger
 
 from store.errors import StoreError
 
@@ -142,15 +143,20 @@ COLLECTION_CONFIGURATION: CreateCollectionConfiguration = {
 }
 
 
-def persists_often(collection: Collection) -> bool:
-    """Return whether the collection writes its graph every HNSW_SYNC entries, setting it so
-    if not (collections made before HNSW_SYNC, or by another version; it may be changed on an
-    existing collection). False if Chroma would not change it (the collection still works)."""
+def persists_often(collection: Collection) -> None:
+    """Make the collection write its graph every HNSW_SYNC entries if it does not (collections
+    made before HNSW_SYNC, or by another program; Chroma lets it be changed on an existing
+    collection). If Chroma refuses, say so and go on: the collection works, only slower."""
     hnsw = (collection.configuration or {}).get("hnsw") or {}
     if hnsw.get("sync_threshold") == HNSW_SYNC:  # batch_size is set with it, never shown
-        return True
+        return
     try:
         collection.modify(configuration={"hnsw": HNSW_PERSISTENCE})
-    except (ChromaError, ValueError):
-        return False
-    return True
+    except (ChromaError, ValueError) as exc:
+        logger.warning(
+            "collection {} keeps saving its graph every {} changes ({}): its writes read a "
+            "longer log",
+            collection.name,
+            hnsw.get("sync_threshold"),
+            exc,
+        )
