@@ -1,0 +1,1 @@
+"""SQLite's single writer during a night: bench/sqlite_night.py's modules."""
