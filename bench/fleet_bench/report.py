@@ -44,11 +44,13 @@ NOTES = [
     "writes per namespace before); and Chroma saves each collection's graph every 20 changes "
     "(48f3b8c): with Chroma's default of 1,000 its write-ahead log kept all 300,000 vectors and "
     "every write read it, so the Chroma server spent 1,096 CPU-seconds on the night against "
-    "70 after (bench/results/chroma_sync.md). The 1,000- and 100-namespace nights ran before "
-    "a run's index sync was limited to its own namespace (bcbf9fa): in n1000-d3-l1-kill one "
-    "unit drained every namespace's outbox for ten minutes while the other runs kept adding "
-    "to it, and finished 190 s after all the others (done at 522 s); the 300-namespace nights "
-    "ran after it.",
+    "70 after (bench/results/chroma_sync.md). The kill night at 1,000 namespaces and the "
+    "100-namespace nights ran before a run's index sync was limited to its own namespace "
+    "(bcbf9fa): in n1000-d3-l1-kill one unit drained every namespace's outbox for ten minutes "
+    "while the other runs kept adding to it, and finished 190 s after all the others (done at "
+    "522 s). The 300-namespace nights ran after it, and n1000-d1-l1 was run again after it "
+    "(521 s; 549 s at 48f3b8c), on a PostgreSQL without pg_stat_statements (loaded for the "
+    "earlier nights, to count their statements).",
 ]
 
 
