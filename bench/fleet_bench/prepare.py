@@ -99,25 +99,19 @@ def store_settings(data_dir: Path, database: str, chroma_url: str, **index: Any)
     return settings
 
 
-def fingerprint(sizes: Sizes, pool: int) -> str:
-    digest = hashlib.sha256(f"v{PREP_VERSION}:{json.dumps(asdict(sizes))}:{pool}".encode())
+def fingerprint(sizes: Sizes, pool: int, version: int = PREP_VERSION) -> str:
+    """What names a prepared store: its sizes, its pool, its builder's version, the schema."""
+    digest = hashlib.sha256(f"v{version}:{json.dumps(asdict(sizes))}:{pool}".encode())
     for migration in sorted(MIGRATIONS.rglob("*.py")):
         digest.update(migration.read_bytes())
     return digest.hexdigest()[:10]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Template:
-    """A prepared size: its database, its Chroma directory and its state file."""
+class StateFile:
+    """A prepared store's directory and the state file in it (what was done, how long)."""
 
-    sizes: Sizes
     dir: Path
-    database: str
-    pool: int
-
-    @property
-    def chroma(self) -> Path:
-        return self.dir / "chroma"
 
     @property
     def state_path(self) -> Path:
@@ -134,6 +128,19 @@ class Template:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Template(StateFile):
+    """A prepared size: its database, its Chroma directory and its state file."""
+
+    sizes: Sizes
+    database: str
+    pool: int
+
+    @property
+    def chroma(self) -> Path:
+        return self.dir / "chroma"
 
 
 def template_for(sizes: Sizes, work: Path = WORK, pool: int = POOL_TEXTS) -> Template:

@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from fleet_bench.checks import records_report
 from sqlalchemy import func, select
 
 from store.db import make_engine
-from store.models import MaintenanceRecord, Memory, MemoryRelation
+from store.models import Memory, MemoryRelation
 
 
 def store_facts(database_url: str, night_started: datetime) -> dict[str, Any]:
@@ -30,17 +31,7 @@ def store_facts(database_url: str, night_started: datetime) -> dict[str, Any]:
                     MemoryRelation.namespace, MemoryRelation.type
                 )
             ).all()
-            records = connection.execute(
-                select(
-                    MaintenanceRecord.job,
-                    MaintenanceRecord.status,
-                    func.count(),
-                    func.sum(MaintenanceRecord.tokens_in),
-                    func.sum(MaintenanceRecord.tokens_out),
-                )
-                .where(MaintenanceRecord.started_at >= night_started)
-                .group_by(MaintenanceRecord.job, MaintenanceRecord.status)
-            ).all()
+        records = records_report(engine, night_started)
     finally:
         engine.dispose()
     contents: dict[str, list[str]] = defaultdict(list)
@@ -64,11 +55,8 @@ def store_facts(database_url: str, night_started: datetime) -> dict[str, Any]:
         "namespaces": namespaces,
         "memories": sum(n["memories"] for n in namespaces.values()),
         "relations": sum(sum(n["relations"].values()) for n in namespaces.values()),
-        "records": {f"{job}:{status}": int(count) for job, status, count, _, _ in records},
-        "tokens": {
-            "in": int(sum(r[3] or 0 for r in records)),
-            "out": int(sum(r[4] or 0 for r in records)),
-        },
+        "records": records["by_job"],
+        "tokens": {"in": records["tokens_in"], "out": records["tokens_out"]},
     }
 
 

@@ -14,8 +14,6 @@ so that the two nights differ in the SQL database only.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -27,11 +25,10 @@ from benchkit import WORK as BENCH_WORK
 from benchkit import say
 from effect_bench.stores import mark_maintained
 from fleet_bench.content import Sizes, items, log_lines, namespace
-from fleet_bench.prepare import BASE_NOW, POOL_TEXTS
+from fleet_bench.prepare import BASE_NOW, POOL_TEXTS, StateFile, fingerprint
 from latency_bench.pool import POOL_SEED, PoolEmbedder, vector_pool
 
 from secretary.config import Settings, load_settings
-from store.db import MIGRATIONS
 from store.service import Store
 
 WORK = BENCH_WORK / "sqlite_night"
@@ -50,43 +47,22 @@ def postgres_settings(data_dir: Path, database: str) -> Settings:
     return load_settings(None, {"SECRETARY_DATABASE_URL": f"{PG}/{database}"}, data_dir=data_dir)
 
 
-def fingerprint(sizes: Sizes, pool: int) -> str:
-    digest = hashlib.sha256(f"v{PREP_VERSION}:{json.dumps(asdict(sizes))}:{pool}".encode())
-    for migration in sorted(MIGRATIONS.rglob("*.py")):
-        digest.update(migration.read_bytes())
-    return digest.hexdigest()[:10]
-
-
 @dataclass(frozen=True, kw_only=True)
-class Prepared:
+class Prepared(StateFile):
     """A prepared SQLite store: its directory (``data/`` inside) and its state file."""
 
     sizes: Sizes
-    dir: Path
     pool: int
 
     @property
     def data(self) -> Path:
         return self.dir / "data"
 
-    @property
-    def state_path(self) -> Path:
-        return self.dir / "state.json"
-
-    def state(self) -> dict[str, Any]:
-        try:
-            return dict(json.loads(self.state_path.read_text()))
-        except (OSError, ValueError):
-            return {}
-
-    def save(self, state: dict[str, Any]) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_path)
-
 
 def prepared_for(sizes: Sizes, pool: int = POOL_TEXTS, work: Path = WORK) -> Prepared:
-    return Prepared(sizes=sizes, pool=pool, dir=work / f"{sizes.label}-{fingerprint(sizes, pool)}")
+    return Prepared(
+        sizes=sizes, pool=pool, dir=work / f"{sizes.label}-{fingerprint(sizes, pool, PREP_VERSION)}"
+    )
 
 
 def night_lines_from() -> datetime:
