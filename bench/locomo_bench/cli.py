@@ -62,7 +62,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="comma-separated views of the data to score (default: %(default)s): turns (every "
         "turn a memory, questions as asked), observations (the observation facts the memories), "
         "chat (questions asked as the last line of a chat excerpt), events (one namespace per "
-        "speaker of independent, undated-session events over years; never tuned on)",
+        "speaker of independent, undated-session events over years; never tuned on), telling "
+        "(the events' namespaces, each query the conversation so far while a speaker tells "
+        "something)",
     )
     args = parser.parse_args(argv)
     args.views = [v.strip() for v in args.views.split(",") if v.strip()]
@@ -72,7 +74,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-VIEWS = ("turns", "observations", "chat", "events")
+VIEWS = ("turns", "observations", "chat", "events", "telling")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -33,7 +33,7 @@ from store.lexical.index import LexicalIndex
 from store.lexical.source import SqlLexicalSource
 from store.lexical.view import LexicalView
 from store.reads.search import SearchRow
-from store.search.query_shape import QueryShape, query_terms, query_vector
+from store.search.query_shape import QueryShape, query_terms, query_vector, weigh
 from store.search.scoring import mix_scores, parse_periods
 from store.search.searcher import SESSION_CANDIDATES, Evidence, Seen, query_shape
 from store.service import Store
@@ -200,7 +200,7 @@ class Materials:
 
     def evidence(self, conv: Conversation, text: str, settings: RetrievalSettings) -> Evidence:
         """The evidence ``Searcher.evidence`` gathers for ``text`` under ``settings``."""
-        shape = query_shape(text, settings)
+        shape = weigh(query_shape(text, settings), self.embed)
         ns = conv.namespace
         n_lexical = settings.lexical_candidates
         seen = [

@@ -37,6 +37,8 @@ VIEW_TITLES = {
     "chat": "chat: turn memories, each question the last line of a 3-6 turn chat excerpt",
     "events": "events (never tuned on): one namespace per speaker, their observations as "
     "independent events over four years, questions as chat excerpts",
+    "telling": "telling: the events' namespaces, each query 3-9 turns of a session while a "
+    "speaker tells something, going on 1-3 turns past it; gold = the observations told",
 }
 BASELINES = ("bm25", "dense", "rrf")
 SEARCH_BASELINE = "dense_search"  # the search's own ranking by its dense part
@@ -156,7 +158,12 @@ NOTES = [
     "are priors, not tuned: every LoCoMo turn has the same importance and no question favours "
     "recent events, so LoCoMo can only show what they cost (ablations).",
     "- The events view is never tuned on: it stands for data of another shape (independent "
-    "events over years, no sessions, chat queries).",
+    "events over years, no sessions, chat queries). It was looked at when the excerpt "
+    "reading got BM25 and a closing question's weight (2026-11-28), so it is no longer "
+    "untouched: bench/family.py's MADial is the held-out check.",
+    "- The telling view (2026-11-28) is the chat whose cue runs through the excerpt: the "
+    "excerpt reading's BM25 and FOLLOWS_FROM/FOLLOWS_TO were chosen on its half and the chat "
+    "view's (conversations 0-4) and FriendsQA chats' tune half (docs/retrieval.md).",
     "- Evidence ids are repaired where the data is malformed ('D8:6; D9:17', 'D:11:26', "
     "'D30:05'); ids that name no turn are dropped, and questions left without evidence are "
     "not scored. 'Unflagged' drops the questions listed in the audit's errors.json.",

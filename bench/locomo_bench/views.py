@@ -10,6 +10,11 @@
   that speaker's observations as independent events at random times over four years, no
   sessions; questions asked as in ``chat``. Timeline neighbours are unrelated events weeks
   or months apart, the shape of the held-out set of issue 11.
+- ``telling``: the events' namespaces, each query the conversation so far while a speaker
+  tells something: 3-6 turns of a session up to a turn the speaker's observations come from,
+  going on 1-3 turns past it (so the latest turn is the chat going on, often small talk or a
+  question back); gold = the speaker's observations whose dia_ids are in the excerpt. The
+  cue runs through the excerpt, the shape of issue 26's held-out set; tuned on.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from typing import Any
 from locomo_bench.data import Conversation, Question, normalise_evidence, parse_session_date
 
 EXCERPT_TURNS = (3, 6)
+TELLING_BEFORE = (2, 5)  # turns of the excerpt before the telling turn
+TELLING_AFTER = (1, 3)  # ... and after it
+TELLING_PER_SPEAKER = 40  # telling turns asked about per speaker, at most
 EVENT_YEARS = 4
 SEED = 11
 
@@ -43,6 +51,8 @@ def build_views(data: Path, turns: Sequence[Conversation]) -> dict[str, View]:
     by_index = {conv.index: samples[conv.index] for conv in turns}
     observations = [observation_conversation(c, by_index[c.index]) for c in turns]
     events = [e for c in turns for e in event_conversations(c, by_index[c.index])]
+    by_namespace = {e.namespace: e for e in events}
+    telling = [t for c in turns for t in telling_conversations(c, by_index[c.index], by_namespace)]
     return {
         "turns": View(name="turns", kind="turns", conversations=list(turns), tuned=True),
         "observations": View(
@@ -55,6 +65,7 @@ def build_views(data: Path, turns: Sequence[Conversation]) -> dict[str, View]:
             tuned=True,
         ),
         "events": View(name="events", kind="events", conversations=events, tuned=False),
+        "telling": View(name="telling", kind="events", conversations=telling, tuned=True),
     }
 
 
@@ -204,3 +215,53 @@ def _question_owners(
         if best is not None and counts[best] > 0:
             owners[q.qid] = best
     return owners
+
+
+def telling_conversations(
+    conv: Conversation, sample: Mapping[str, Any], events: Mapping[str, Conversation]
+) -> list[Conversation]:
+    """The speakers' event namespaces (``events``, by namespace), each question a stretch of
+    a session around a turn the speaker's observations come from (see the module's doc)."""
+    rng = random.Random(f"{SEED}-telling-{conv.index}")
+    told: dict[str, dict[str, set[str]]] = {}  # speaker -> dia_id -> observation ids
+    for external_id, speaker, _text, dia_ids in observations_of(conv, sample):
+        for dia_id in dia_ids:
+            told.setdefault(speaker, {}).setdefault(dia_id, set()).add(external_id)
+    turns = conv.turns
+    position = {str(turn["external_id"]): i for i, turn in enumerate(turns)}
+    found = []
+    for speaker, by_dia in sorted(told.items()):
+        namespace = f"{conv.namespace}-{speaker.lower()}"
+        tellings = sorted(position[d] for d in by_dia if d in position)
+        rng.shuffle(tellings)
+        questions = []
+        for number, at in enumerate(tellings[:TELLING_PER_SPEAKER]):
+            first = _session_step(turns, at, -rng.randint(*TELLING_BEFORE))
+            last = _session_step(turns, at, rng.randint(*TELLING_AFTER))
+            if last == at:  # the telling ends its session: nothing goes on after it
+                continue
+            window = turns[first : last + 1]
+            gold = {o for turn in window for o in by_dia.get(str(turn["external_id"]), ())}
+            questions.append(
+                Question(
+                    qid=f"{namespace}-telling{number}",
+                    text="\n".join(_spoken(turn) for turn in window),
+                    category=4,  # reported with single-hop: one told thing, said just now
+                    evidence=tuple(sorted(gold)),
+                    flagged=False,
+                )
+            )
+        found.append(replace(events[namespace], questions=tuple(questions)))
+    return found
+
+
+def _session_step(turns: Sequence[Mapping[str, Any]], at: int, step: int) -> int:
+    """The index ``step`` turns from ``at`` (back if negative), not leaving its session."""
+    session = turns[at]["session_id"]
+    direction = 1 if step > 0 else -1
+    for _ in range(abs(step)):
+        nxt = at + direction
+        if not 0 <= nxt < len(turns) or turns[nxt]["session_id"] != session:
+            break
+        at = nxt
+    return at

@@ -19,14 +19,17 @@ short to say much: "and when was that?"), is weighted on purpose:
 
 That reading alone loses a memory that the excerpt as a whole is about while its latest turn
 is small talk ("it was a rough week."), the usual case when a user tells what is happening
-to them. So a chat is also read as given, a second *reading* (``Reading``): the embedding of
-the whole text (and of its tail, when the text is longer than the model reads); not BM25,
-which over a whole chat follows every word of every turn (its dense part weighs as much as a
-focus match's words and meaning together). Each memory keeps the better of its match under
-the readings (``store.search.ranking.rank``). A chat whose latest turn asks a question is
-about that question: the excerpt's reading is weighted by ``chat_aside`` (0.5); one whose
-latest turn asks nothing is about the whole excerpt: the focus's reading is weighted so
-instead. Turns the excerpt quotes are its *echoes*: the excerpt's reading gives them nothing.
+to them. So a chat is also read as given, a second *reading* (``Reading``): BM25 over the
+whole text and its embedding (and its tail's, words and meaning, when the text is longer
+than the model reads). Each memory keeps the better of its match under the readings
+(``store.search.ranking.rank``). A chat whose latest turn asks nothing is about the whole
+excerpt: the focus's reading is weighted by ``chat_aside`` (0.5). One whose latest turn asks
+a question is about that question as far as the question leaves the chat's subject: the
+excerpt's readings are weighted by ``chat_aside`` when the question's embedding is far from
+the earlier turns' (cosine <= FOLLOWS_FROM), fully when it is near (>= FOLLOWS_TO), and in
+between on a line (``weigh``): "and how did the race go?" goes on with the chat, "when did
+Caroline move to Sweden?" after talk of the weekend does not. Turns the excerpt quotes are
+its *echoes*: the excerpt's reading gives them nothing.
 
 A keyword query, a question or a paragraph (one line, however long) is searched as given,
 one reading and one embedding: a memory's own text used as a query is read as it was
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +54,11 @@ Vector = npt.NDArray[np.float32]
 FOCUS_MIN_WORDS = 6
 # Words of the excerpt's end that the context embedding reads (MiniLM reads 256 tokens).
 CONTEXT_WORDS = 150
+# A question that ends a chat follows it (its excerpt read fully) by the cosine of its
+# embedding with the earlier turns': not at all up to FOLLOWS_FROM, fully from FOLLOWS_TO.
+# Chosen on the tune halves of LoCoMo chat and telling and of FriendsQA chats (docs/retrieval.md).
+FOLLOWS_FROM = 0.3
+FOLLOWS_TO = 0.6
 
 _WORD = re.compile(r"\w+")
 _SPEAKER = re.compile(r"[^:\n]{1,40}:\s+")
@@ -77,6 +85,10 @@ class QueryShape:
     weight: float = 1.0  # the main reading's
     also: tuple[Reading, ...] = ()  # a chat's other readings: the excerpt as given
     echoes: frozenset[str] = frozenset()  # content hashes of the earlier turns (see `echoes_of`)
+    # A chat ending in a question: (its focus, its earlier turns), whose similarity sets the
+    # excerpt readings' weight (`weigh`); None when their weight is already set.
+    follows: tuple[str, str] | None = None
+    aside: float = 1.0  # the excerpt readings' weight when the question leaves the chat
 
     @property
     def chat(self) -> bool:
@@ -110,8 +122,9 @@ def shape_query(
     rest); ``focus_dense`` its share of the query vector (0 = the excerpt only). ``aside``
     (None: the focus reading alone) adds the reading of the excerpt as given (with its tail as
     a reading of its own when the excerpt is longer than the embedder reads) and weighs the
-    reading that is not the chat's subject: the excerpt's when the latest turn asks a
-    question, the focus's when it asks nothing.
+    reading that is not the chat's subject: the focus's when the latest turn asks nothing;
+    when it asks a question, the excerpt's, by ``aside`` until `weigh` sets how far the
+    question follows the chat.
     """
     text = query.strip()
     turns = turns_of(text)
@@ -123,14 +136,13 @@ def shape_query(
     tail = _tail(turns, CONTEXT_WORDS)
     also: list[Reading] = []
     weight = 1.0
+    question = asks(turns[-1])
     if aside is not None:
-        question = asks(turns[-1])
         excerpt = aside if question else 1.0
         weight = 1.0 if question else aside
-        # Its meaning only: BM25 over a whole chat follows every word of every turn.
-        also.append(Reading(lexical=(), dense=((text, 1.0),), weight=excerpt))
+        also.append(Reading(lexical=((text, 1.0),), dense=((text, 1.0),), weight=excerpt))
         if tail != text:
-            also.append(Reading(lexical=(), dense=((tail, 1.0),), weight=excerpt))
+            also.append(Reading(lexical=((tail, 1.0),), dense=((tail, 1.0),), weight=excerpt))
     return QueryShape(
         text=text,
         focus=focus,
@@ -139,7 +151,27 @@ def shape_query(
         weight=weight,
         also=tuple(also),
         echoes=echoes_of(turns[:start]) if also else frozenset(),
+        follows=(focus, earlier) if also and question else None,
+        aside=aside if aside is not None else 1.0,
     )
+
+
+def follows_share(similarity: float) -> float:
+    """How far (0-1) a chat's closing question follows the chat, by the cosine of its
+    embedding with the earlier turns'."""
+    return min(1.0, max(0.0, (similarity - FOLLOWS_FROM) / (FOLLOWS_TO - FOLLOWS_FROM)))
+
+
+def weigh(shape: QueryShape, embed: Callable[[str], Vector]) -> QueryShape:
+    """Return ``shape`` with its excerpt readings weighted by how far its closing question
+    follows the chat: ``aside`` if not at all, 1 if fully (a shape without such a question is
+    returned as it is). ``embed`` embeds the focus and the earlier turns."""
+    if shape.follows is None:
+        return shape
+    focus, earlier = shape.follows
+    similarity = float(np.dot(embed(focus), embed(earlier)))
+    weight = shape.aside + (1.0 - shape.aside) * follows_share(similarity)
+    return replace(shape, also=tuple(replace(r, weight=weight) for r in shape.also), follows=None)
 
 
 def _unlabelled(turn: str) -> str:

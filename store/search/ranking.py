@@ -226,18 +226,11 @@ def _usable(rows: Mapping[int, SearchRow], filters: SearchFilters) -> dict[int, 
 
 
 def _reading_parts(evidence: Evidence, settings: RetrievalSettings) -> list[ReadingParts]:
-    """Normalise each reading's evidence into parts (within the reading).
-
-    The readings after the first (a chat read as given) have no BM25 part: read by its meaning
-    alone, their best match must weigh what a best match of words and meaning weighs under
-    the focus, so their weight is scaled by (w_lexical + w_dense) / w_dense."""
+    """Normalise each reading's evidence into parts (within the reading): every reading has
+    words and meaning, so a best match weighs the same under each, times its weight."""
     found = []
     for index, seen in enumerate(evidence.readings):
         weight = seen.weight
-        # (A dense weight that is all but zero beside the lexical one scales nothing: the
-        # ratio would overflow, and the reading then counts for next to nothing anyway.)
-        if index and settings.w_dense > 1e-9 * (settings.w_lexical + settings.w_dense):
-            weight *= (settings.w_lexical + settings.w_dense) / settings.w_dense
         most_added = settings.w_session * max(seen.sessions.values(), default=0.0)
         most_added += settings.w_period if evidence.periods else 0.0
         found.append(

@@ -29,6 +29,7 @@ from store.search.query_shape import (
     query_terms,
     query_vector,
     shape_query,
+    weigh,
 )
 from store.search.ranking import (
     Breakdown,
@@ -156,6 +157,7 @@ class Searcher:
         broad = None if among is not None or request.filters.empty else request.filters
         view = self.lexical_view(request.namespace)
         embedded: dict[str, Vector] = {}  # a chat's readings share texts: each embedded once
+        shape = self._weighed(shape, embedded)
         answers = [
             self._vector_hits(request, reading, config.dense_candidates, among, broad, embedded)
             for reading in shape.readings
@@ -249,19 +251,24 @@ class Searcher:
             index = self._index()
             if broad is not None and not index.filterable(request.namespace):
                 n *= FILTERED_WIDENING
-            memo = {} if embedded is None else embedded
-
-            def embed(text: str) -> Vector:
-                if text not in memo:
-                    memo[text] = index.embed_query(text)
-                return memo[text]
-
-            vector = query_vector(shape, embed)
+            vector = query_vector(shape, _embedding(index, {} if embedded is None else embedded))
         except (VectorIndexError, EmbedderError) as exc:
             failed = self._failed(exc)
             return lambda: failed
         pending = self._beside.submit(index.query, request.namespace, vector, n, among, broad)
         return partial(self._answer, pending)
+
+    def _weighed(self, shape: QueryShape, embedded: dict[str, Vector]) -> QueryShape:
+        """Return ``shape`` with its readings weighted by how far a closing question follows
+        its chat (`weigh`), embedding into ``embedded``; as it is while the vector index is
+        down (its readings' search reports that)."""
+        failure = self._vector_failure
+        if shape.follows is None or (failure is not None and self._monotonic() < failure[0]):
+            return shape
+        try:
+            return weigh(shape, _embedding(self._index(), embedded))
+        except (VectorIndexError, EmbedderError):
+            return shape
 
     def _answer(self, pending: Future[list[VectorHit]]) -> VectorAnswer:
         try:
@@ -280,6 +287,17 @@ class Searcher:
         )
         self._vector_failure = (self._monotonic() + VECTOR_RETRY_SECONDS, str(exc))
         return [], (f"vector index unavailable: {exc}",)
+
+
+def _embedding(index: VectorIndex, embedded: dict[str, Vector]) -> Callable[[str], Vector]:
+    """The index's query embedder, keeping each text's embedding in ``embedded``."""
+
+    def embed(text: str) -> Vector:
+        if text not in embedded:
+            embedded[text] = index.embed_query(text)
+        return embedded[text]
+
+    return embed
 
 
 def _no_notes(_namespace: str) -> tuple[str, ...]:

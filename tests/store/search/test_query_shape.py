@@ -8,11 +8,15 @@ import pytest
 
 from store.search.query_shape import (
     CONTEXT_WORDS,
+    FOLLOWS_FROM,
+    FOLLOWS_TO,
     focus_of,
+    follows_share,
     query_terms,
     query_vector,
     shape_query,
     turns_of,
+    weigh,
 )
 from store.search.scoring import mix_scores
 from store.text import content_hash
@@ -75,21 +79,60 @@ def test_long_single_line_is_a_paragraph_searched_as_given() -> None:
     ]
 
 
-def test_chat_ending_in_a_question_is_about_it_its_excerpt_read_aside() -> None:
+def test_chat_ending_in_a_question_reads_its_excerpt_aside_until_weighed() -> None:
     found = shape_query(CHAT, focus_lexical=0.9, focus_dense=0.7, aside=0.6)
     main, excerpt = found.readings
     assert main.weight == 1.0
     assert (main.lexical, main.dense) == (found.lexical, found.dense)
-    assert excerpt.dense == ((CHAT, 1.0),)
-    assert excerpt.lexical == ()  # BM25 over the whole chat would follow its chatter
+    assert excerpt.dense == excerpt.lexical == ((CHAT, 1.0),)  # words and meaning, as given
     assert excerpt.weight == 0.6
+    earlier = CHAT.rsplit("\n", 1)[0]
+    assert found.follows == (found.focus, earlier)  # `weigh` compares the two
     assert shape_query(CHAT, focus_lexical=0.9, focus_dense=0.7).also == ()  # no aside: focus only
 
 
-def test_chat_asking_nothing_is_about_the_whole_excerpt_its_focus_read_aside() -> None:
+def _unit(angle: float) -> np.ndarray:
+    return np.array([np.cos(angle), np.sin(angle)], dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    ("similarity", "weight"),
+    [
+        (0.0, 0.6),  # the question leaves the chat: it is the subject, the excerpt aside
+        (FOLLOWS_FROM, 0.6),
+        ((FOLLOWS_FROM + FOLLOWS_TO) / 2, 0.8),
+        (FOLLOWS_TO, 1.0),  # it goes on with the chat: the excerpt read fully
+        (0.95, 1.0),
+    ],
+)
+def test_weigh_reads_the_excerpt_as_far_as_the_question_follows_the_chat(
+    similarity: float, weight: float
+) -> None:
+    long = "\n".join([f"turn {i} " + "word " * 40 for i in range(10)] + ["and then what?"])
+    found = shape_query(long, focus_lexical=0.9, focus_dense=0.7, aside=0.6)
+    focus, earlier = found.follows or ("", "")
+    vectors = {focus: _unit(0.0), earlier: _unit(float(np.arccos(similarity)))}
+    weighed = weigh(found, vectors.__getitem__)
+    assert [r.weight for r in weighed.also] == pytest.approx([weight, weight])  # whole, tail
+    assert weighed.weight == 1.0
+    assert weighed.follows is None
+    assert weigh(weighed, vectors.__getitem__) is weighed  # weighed once
+
+
+def test_follows_share_is_a_clamped_line() -> None:
+    assert follows_share(-1.0) == 0.0
+    assert follows_share(FOLLOWS_TO + 0.1) == 1.0
+    assert 0.0 < follows_share((FOLLOWS_FROM + FOLLOWS_TO) / 2) < 1.0
+
+
+def test_only_a_chat_ending_in_a_question_is_weighed() -> None:
     chat = CHAT.rsplit("\n", 1)[0] + "\nMelanie: it was a rough week at work, honestly."
-    focus, excerpt = shape_query(chat, focus_lexical=0.9, focus_dense=0.7, aside=0.6).readings
-    assert (focus.weight, excerpt.weight) == (0.6, 1.0)
+    for shape in (
+        shape_query(chat, focus_lexical=0.9, focus_dense=0.7, aside=0.6),
+        shape_query("one line?", focus_lexical=0.9, focus_dense=0.7, aside=0.6),
+    ):
+        assert shape.follows is None
+        assert weigh(shape, lambda text: pytest.fail("embedded " + text)) is shape
 
 
 def test_chat_echoes_are_its_earlier_turns_with_and_without_their_speaker() -> None:
@@ -105,8 +148,8 @@ def test_long_chat_is_read_whole_and_by_its_tail() -> None:
     query = "\n".join(turns)
     found = shape_query(query, focus_lexical=0.75, focus_dense=0.5, aside=1.0)
     whole, tail = found.also
-    assert whole.dense == ((query, 1.0),)  # as given: what the model reads of it
-    assert tail.lexical == whole.lexical == ()
+    assert whole.dense == whole.lexical == ((query, 1.0),)  # as given: what the model reads of it
+    assert tail.lexical == tail.dense
     ((text, _),) = tail.dense
     assert text.endswith("what about the cat?")
     assert "turn 0 " not in text

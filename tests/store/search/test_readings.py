@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from secretary.config import Settings
+from store.reads.search import ReadAhead
 from store.requests import SearchRequest
 from store.search.searcher import SearchResult
 from store.service import Store
@@ -99,6 +100,16 @@ CUE_EARLY = [
     "assistant: I see.",
     "user: yeah. anyway how are you",
 ]
+# The cue early, then a question that goes on with the chat (it asks the assistant, not the
+# store): the excerpt still leads.
+CUE_EARLY_ASKING = [
+    "user: I was at the vet all afternoon, the shelter cat I adopted is sick",
+    "user: Pixel stopped eating two days ago and just hides under the bed",
+    "assistant: Oh no, that sounds worrying. What did the vet say?",
+    "user: they want to run tests tomorrow, I am so worried about my little cat",
+    "assistant: I see. That must be hard.",
+    "user: do you think the vet will find out why my sick cat Pixel stopped eating?",
+]
 CUE_LAST = [
     "user: work was long today, meetings all morning",
     "assistant: That sounds tiring. Did you get a break at all?",
@@ -110,13 +121,30 @@ CUE_LAST = [
 
 @pytest.mark.parametrize(
     ("turns", "wanted"),
-    [(CUE_EARLY, EVENTS[0]), (CUE_LAST, EVENTS[8])],
-    ids=["cue-in-earlier-turns", "cue-only-in-last-line"],
+    [(CUE_EARLY, EVENTS[0]), (CUE_EARLY_ASKING, EVENTS[0]), (CUE_LAST, EVENTS[8])],
+    ids=["cue-in-earlier-turns", "cue-early-then-a-question", "cue-only-in-last-line"],
 )
 def test_chat_finds_the_memory_wherever_its_cue_is(
     store: Store, turns: list[str], wanted: str
 ) -> None:
     assert _search(store, "\n".join(turns)).hits[0].memory.content == wanted
+
+
+@pytest.mark.parametrize(
+    ("turns", "excerpt_weight"),
+    [(CUE_EARLY_ASKING, 1.0), (CUE_LAST, 0.5)],
+    ids=["question-going-on-with-the-chat", "question-leaving-the-chat"],
+)
+def test_a_closing_question_weighs_the_excerpt_by_how_far_it_follows_the_chat(
+    store: Store, turns: list[str], excerpt_weight: float
+) -> None:
+    searcher = store.searcher
+    request = SearchRequest(namespace=NS, query="\n".join(turns), reinforce=False)
+    evidence, degraded = searcher.evidence(request, ReadAhead(store.db.search, NS), now=NOW)
+    assert degraded == ()
+    assert searcher.settings.chat_aside == 0.5
+    assert evidence.weight == 1.0  # the focus: a question is read fully
+    assert [seen.weight for seen in evidence.also] == [excerpt_weight]
 
 
 def test_keyword_and_one_line_queries_still_work(store: Store) -> None:
