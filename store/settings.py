@@ -197,7 +197,8 @@ class RetrievalSettings(Section):
     chat_focus_dense: float = Field(default=0.7, ge=0, le=1)
     # ...which is also read as given, a second reading; each memory keeps the better of its
     # match under the two. The reading that is not the chat's subject is weighted by
-    # chat_aside: the excerpt's when the latest turn asks a question, the focus's when not.
+    # chat_aside: the focus's when the latest turn asks nothing; the excerpt's when it asks a
+    # question that leaves the chat's subject (store/search/query_shape.py: `weigh`).
     chat_aside: float = Field(default=0.5, ge=0, le=1)
     # A search whose best hit's relevance (0-1, comparable across queries) is lower answers
     # no hits ("nothing relevant"); 0: always k hits.
