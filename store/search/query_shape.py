@@ -27,9 +27,10 @@ excerpt: the focus's reading is weighted by ``chat_aside`` (0.5). One whose late
 a question is about that question as far as the question leaves the chat's subject: the
 excerpt's readings are weighted by ``chat_aside`` when the question's embedding is far from
 the earlier turns' (cosine <= FOLLOWS_FROM), fully when it is near (>= FOLLOWS_TO), and in
-between on a line (``weigh``): "and how did the race go?" goes on with the chat, "when did
-Caroline move to Sweden?" after talk of the weekend does not. Turns the excerpt quotes are
-its *echoes*: the excerpt's reading gives them nothing.
+between on a line (``weigh``): "do you think the vet will find out why my cat stopped
+eating?" after the user told of the vet visit goes on with the chat (cosine 0.8 with
+MiniLM); "do you remember how my cello lessons started?" after talk of work leaves it
+(0.16). Turns the excerpt quotes are its *echoes*: the excerpt's reading gives them nothing.
 
 A keyword query, a question or a paragraph (one line, however long) is searched as given,
 one reading and one embedding: a memory's own text used as a query is read as it was
