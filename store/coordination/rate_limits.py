@@ -6,7 +6,7 @@ one short write transaction that first locks the scope's row (``SELECT ... FOR U
 PostgreSQL; on SQLite a write transaction, ``BEGIN IMMEDIATE``, locks the whole database), so
 the reservations of every process and host are taken one at a time. It forgets the events that
 left the window, honours a pause, and either counts the request or answers how long until enough
-of the oldest events leave the window.
+of the oldest events leave the window. Events are forgotten a window after they left it.
 
 Every reservation counts every event before it whose time is within the window. A request
 reaches the provider after its reservation (the lock, the client's own work, the connection: up
@@ -103,8 +103,11 @@ class RateLimits:
             wait = _pause_wait(_lock(session, scope, now), now)
             if wait is not None:
                 return wait
+            # Forget only what left the window a window ago: a reserver whose ``now`` was read
+            # before ours but who comes to the lock after us still counts what it holds.
+            forgotten = now - 2 * self._span
             session.execute(
-                delete(RateEvent).where(RateEvent.scope == scope, RateEvent.at <= now - self._span)
+                delete(RateEvent).where(RateEvent.scope == scope, RateEvent.at <= forgotten)
             )
             count, used = session.execute(
                 select(

@@ -187,9 +187,28 @@ def test_rate_limits_old_events_are_deleted_and_scopes_apart(engine: Engine) -> 
         Reserved,
     )
     reserve(limits, at(100), max_requests=1)
+    assert events(engine) == 3  # the first left the window, but not a window ago: kept
+    reserve(limits, at(130), max_requests=2)
 
-    assert events(engine) == 2  # the first left the window and was deleted; "other" stays
-    assert limits.status(SCOPE, now=at(100)).requests == 1
+    assert events(engine) == 3  # the first was forgotten at 120 s; "other" stays
+    assert limits.status(SCOPE, now=at(130)).requests == 2
+
+
+def test_rate_limits_a_reserver_that_read_its_clock_earlier_still_counts_the_window(
+    engine: Engine, other_engine: Engine
+) -> None:
+    # Two requests at 0 s; then a reserver at 1.05 s, and one that read its clock at 0.9 s but
+    # came to the lock after it (it waited for the lock): the window [0, 1) must not see three.
+    limits, late = (
+        RateLimits(engine, window_seconds=1.0),
+        RateLimits(other_engine, window_seconds=1.0),
+    )
+    assert isinstance(reserve(limits, at(0), max_requests=2), Reserved)
+    assert isinstance(reserve(limits, at(0.01), max_requests=2), Reserved)
+    assert isinstance(reserve(limits, at(1.05), max_requests=2), Reserved)
+
+    assert isinstance(reserve(late, at(0.9), max_requests=2), Wait)
+    assert events(engine) == 3
 
 
 def test_rate_limits_margin_counts_each_event_longer(engine: Engine) -> None:
