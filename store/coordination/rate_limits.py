@@ -5,8 +5,8 @@ counted against it: when it was reserved, and its tokens (reserved, then used). 
 one short write transaction that first locks the scope's row (``SELECT ... FOR UPDATE`` on
 PostgreSQL; on SQLite a write transaction, ``BEGIN IMMEDIATE``, locks the whole database), so
 the reservations of every process and host are taken one at a time. It forgets the events that
-left the window, honours a pause, and either counts the request or answers how long until enough
-of the oldest events leave the window. Events are forgotten a window after they left it.
+left the window a window ago, honours a pause, and either counts the request or answers how long
+until enough of the oldest events leave the window.
 
 Every reservation counts every event before it whose time is within the window. A request
 reaches the provider after its reservation (the lock, the client's own work, the connection: up

@@ -91,6 +91,12 @@ def test_chat_ending_in_a_question_reads_its_excerpt_aside_until_weighed() -> No
     assert shape_query(CHAT, focus_lexical=0.9, focus_dense=0.7).also == ()  # no aside: focus only
 
 
+def test_chat_asking_nothing_is_about_the_whole_excerpt_its_focus_read_aside() -> None:
+    chat = CHAT.rsplit("\n", 1)[0] + "\nMelanie: it was a rough week at work, honestly."
+    focus, excerpt = shape_query(chat, focus_lexical=0.9, focus_dense=0.7, aside=0.6).readings
+    assert (focus.weight, excerpt.weight) == (0.6, 1.0)
+
+
 def _unit(angle: float) -> np.ndarray:
     return np.array([np.cos(angle), np.sin(angle)], dtype=np.float32)
 
