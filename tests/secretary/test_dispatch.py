@@ -148,7 +148,8 @@ def test_stop_claims_nothing_more_and_waits_for_the_running_run(
     dispatcher = make(db, dispatchers, calls)
     linker = in_thread(dispatcher.fire, "linker")
     assert calls.entered["linker", "maya"].wait(WAIT)
-    auditor = in_thread(dispatcher.fire, "auditor")
+    due = utc_now()  # the firing's minute, fixed: the test may cross a minute's end
+    auditor = in_thread(lambda: dispatcher.fire("auditor", at=due))
     time.sleep(QUIET)
     dispatcher.stop()
     auditor.join(WAIT)
@@ -159,7 +160,7 @@ def test_stop_claims_nothing_more_and_waits_for_the_running_run(
     assert dispatcher.wait_idle(WAIT)
     linker.join(WAIT)
     assert not calls.entered["auditor", "maya"].is_set()  # left for the next daemon
-    auditor_firing = db.firings.get(firing_key("auditor", utc_now()))
+    auditor_firing = db.firings.get(firing_key("auditor", due))
     assert auditor_firing is not None
     assert auditor_firing.finished_at is None
     assert [unit.state for unit in db.firings.units(auditor_firing.id)] == [PENDING]
@@ -177,13 +178,14 @@ def test_a_failure_on_one_namespace_lets_the_next_run(
     )
     dispatchers.append(dispatcher)
     calls.release["linker", "fine"].set()
-    dispatcher.fire("linker")
+    due = utc_now()  # the firing's minute, fixed: the test may cross a minute's end
+    dispatcher.fire("linker", at=due)
     assert [entry for entry in calls.log if entry[0] == "end"] == [
         ("end", "linker", "broken"),
         ("end", "linker", "fine"),
     ]
     assert statuses == ["running linker for broken", "idle", "running linker for fine", "idle"]
-    firing = db.firings.get(firing_key("linker", utc_now()))
+    firing = db.firings.get(firing_key("linker", due))
     assert firing is not None
     assert firing.finished_at is not None
     outcomes = [o for unit in db.firings.units(firing.id) for o in unit.outcomes]
