@@ -1,8 +1,10 @@
 """The store's daemon lease: a row in the database saying which daemon acts on the store.
 
-The lease is taken with one conditional UPDATE (free, ours, or expired) or, when there is no
-row yet, an INSERT that the primary key makes fail for all but one writer. Both are atomic on
-SQLite and PostgreSQL alike, so the lease holds across processes and hosts. The holder renews it
+The lease is taken with one statement: an INSERT of its row that, when the row exists (the
+primary key), updates it only if the lease is free (ours or expired): INSERT ... ON CONFLICT DO
+UPDATE ... WHERE, atomic on SQLite and PostgreSQL alike, so the lease holds across processes
+and hosts, and taking one costs a single short write transaction whether its row was there or
+not (run leases are taken and released by every run of every job). The holder renews it
 well before it expires; a daemon that died leaves a lease that another takes over once expired.
 """
 
@@ -20,6 +22,7 @@ from types import TracebackType
 
 from loguru import logger
 from sqlalchemy import Engine, delete, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from store.clock import utc_now
@@ -169,7 +172,7 @@ class Lease:
         no longer exists (killed or crashed). Raise LeaseHeld if another holds it."""
         for _ in range(ATTEMPTS):
             now = self._clock()
-            if self._take(now) or self._insert(now):
+            if self._claim(now):
                 self.expires_at = now + self.ttl
                 return
             held = current_lease(self._engine, self.name)
@@ -218,6 +221,26 @@ class Lease:
     def expired(self) -> bool:
         """True once the lease as last written has run out (e.g. renewals kept failing)."""
         return self.expires_at is None or self.expires_at <= self._clock()
+
+    def _claim(self, now: datetime) -> bool:
+        """Insert the lease's row, or take it over if it is free; True if it is now ours."""
+        dialect = self._engine.dialect.name
+        if dialect not in ("sqlite", "postgresql"):
+            return self._take(now) or self._insert(now)
+        held = {"holder": self.holder, "acquired_at": now, "expires_at": now + self.ttl}
+        upsert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+        statement = (
+            upsert(DaemonLease)
+            .values(name=self.name, **held)
+            .on_conflict_do_update(
+                index_elements=[DaemonLease.name],
+                set_=held,
+                where=or_(DaemonLease.holder == self.holder, DaemonLease.expires_at <= now),
+            )
+            .returning(DaemonLease.holder)  # a row if inserted or taken over, none if refused
+        )
+        with self._writes.begin() as connection:
+            return connection.execute(statement).first() is not None
 
     def _take(self, now: datetime, *, dead: str | None = None) -> bool:
         free = or_(DaemonLease.holder == self.holder, DaemonLease.expires_at <= now)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from freezegun import freeze_time
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from store.clock import utc_now
 from store.coordination.leases import Lease, LeaseHeld, LeaseKeeper, current_lease, holder_id
@@ -179,3 +179,35 @@ def test_keeper_thread_keeps_a_lease_alive_and_stops_when_it_is_dropped(engine: 
     deadline.wait(0.3)
     assert 2 <= kept <= 6  # due at 0.1, 0.2, ... s: 5 on an idle machine
     assert held.renewals <= kept + 1  # at most one renewal was already under way
+
+
+def test_taking_a_free_lease_is_one_write_whether_its_row_is_there_or_not(engine: Engine) -> None:
+    """Every run of every job takes and releases a run lease: on SQLite each write queues for
+    the one writer, so taking one is a single statement (no UPDATE that finds no row first)."""
+    writes: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "daemon_leases" in statement and not statement.lstrip().upper().startswith("SELECT"):
+            writes.append(statement.split()[0].upper())
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        with freeze_time(T0) as frozen:
+            first = lease(engine, "a")
+            first.acquire()  # no row yet
+            assert writes == ["INSERT"]
+            first.release()
+            writes.clear()
+            lease(engine, "b").acquire()  # released: no row again
+            assert writes == ["INSERT"]
+            writes.clear()
+            frozen.tick(TTL + timedelta(seconds=1))
+            lease(engine, "c").acquire()  # b's lease lapsed: its row is taken over
+            assert writes == ["INSERT"]
+            assert current_lease(engine).holder == "c"  # type: ignore[union-attr]
+            writes.clear()
+            with pytest.raises(LeaseHeld):
+                lease(engine, "d").acquire()  # c's is live: refused, nothing changed
+            assert current_lease(engine).holder == "c"  # type: ignore[union-attr]
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
