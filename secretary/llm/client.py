@@ -4,6 +4,8 @@
 validates the reply with pydantic and, if it is invalid, asks once for a corrected reply (the
 ``repair`` prompt). Transient failures are retried by tenacity under one predicate
 (``is_transient``); litellm's and the provider SDK's own retries are off so the policy is ours.
+A call gives up after ``max_attempts`` failed attempts or ``retry_max_seconds``; a rate limit's
+refusal (429) is waited out within the time bound but is not counted as a failed attempt.
 litellm is imported on first use: importing it takes seconds.
 
 With a ``Throttle`` (``secretary.llm.throttle``), every HTTP attempt, each retry included (the
@@ -29,11 +31,11 @@ from tenacity import (
     RetryCallState,
     Retrying,
     retry_if_exception,
-    stop_after_attempt,
     stop_before_delay,
     wait_exponential,
     wait_random,
 )
+from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
 from prompts import Dropped, ReplyModel, Salvage
@@ -108,6 +110,12 @@ def is_transient(exc: BaseException) -> bool:
     # Providers map some failures to generic classes (e.g. litellm.APIError); their status says.
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and (status in _TRANSIENT_STATUSES or status >= 500)
+
+
+def is_rate_limited(exc: BaseException) -> bool:
+    """Return True for a provider's rate-limit refusal (429): nothing was processed."""
+    litellm = import_litellm()
+    return isinstance(exc, litellm.RateLimitError) or getattr(exc, "status_code", None) == 429
 
 
 def failure_hint(exc: BaseException, settings: LlmSettings) -> str:
@@ -274,7 +282,7 @@ class LlmClient:
 
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
-            stop=stop_after_attempt(settings.max_attempts)
+            stop=_StopAfterFailures(settings.max_attempts)
             | stop_before_delay(settings.retry_max_seconds),
             # Exponential backoff plus up to one initial interval of jitter, so that clients
             # throttled together do not retry together; never sooner than Retry-After asks.
@@ -284,7 +292,7 @@ class LlmClient:
                 )
                 + wait_random(0, settings.backoff_initial_seconds)
             ),
-            before_sleep=lambda state: _log_retry(prompt, settings.max_attempts, state),
+            before_sleep=lambda state: _log_retry(prompt, settings, state),
             reraise=True,
         )
         try:
@@ -392,18 +400,54 @@ def _cost_of(litellm: Any, response: Any, model: str) -> float | None:
     return float(cost) if isinstance(cost, int | float) else None
 
 
-def _log_retry(prompt: RenderedPrompt, max_attempts: int, state: RetryCallState) -> None:
+def _log_retry(prompt: RenderedPrompt, settings: LlmSettings, state: RetryCallState) -> None:
     error = state.outcome.exception() if state.outcome else None
+    if error is not None and is_rate_limited(error):
+        logger.warning(
+            "LLM {} v{}: attempt {} refused by the provider's rate limit ({}: {}); retrying in "
+            "{:.2f}s (rate limits are waited out for up to {:g}s, not counted as failures)",
+            prompt.id,
+            prompt.version,
+            state.attempt_number,
+            type(error).__name__,
+            error,
+            state.upcoming_sleep,
+            settings.retry_max_seconds,
+        )
+        return
     logger.warning(
         "LLM {} v{}: attempt {}/{} failed ({}: {}); retrying in {:.2f}s",
         prompt.id,
         prompt.version,
         state.attempt_number,
-        max_attempts,
+        settings.max_attempts,
         type(error).__name__,
         error,
         state.upcoming_sleep,
     )
+
+
+class _StopAfterFailures(stop_base):
+    """Stop once ``max_attempts`` attempts have failed, not counting those a rate limit refused.
+
+    A 429 says "not now", not "this failed": the provider processed nothing, and with many
+    calls in flight (several daemons, a provider stricter than ``max_requests_per_minute``)
+    several retries in a row can be refused while the window drains. Those are waited out
+    under ``retry_max_seconds`` alone (``stop_before_delay`` beside this), so a night slowed by
+    a provider's limit finishes its runs instead of failing them. Tenacity asks a stop once
+    per failed attempt that may be retried; one instance serves one call.
+    """
+
+    def __init__(self, max_attempts: int) -> None:
+        self._max_attempts = max_attempts
+        self._failures = 0
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        outcome = retry_state.outcome
+        error = outcome.exception() if outcome is not None else None
+        if error is None or not is_rate_limited(error):
+            self._failures += 1
+        return self._failures >= self._max_attempts
 
 
 def retry_after(exc: BaseException | None) -> float | None:

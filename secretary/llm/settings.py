@@ -16,8 +16,9 @@ class LlmSettings(Section):
     timeout_seconds: float = Field(default=60.0, gt=0)
     # Cap on each reply's tokens (litellm's max_tokens); budgets count it before each call.
     max_reply_tokens: int = Field(default=4096, ge=1)
-    # Transient failures (429, timeouts, connection errors, 5xx) are retried with jittered
-    # exponential backoff, within both bounds.
+    # Transient failures (timeouts, connection errors, 5xx, 429) are retried with jittered
+    # exponential backoff, never sooner than a Retry-After, for at most retry_max_seconds; a
+    # call gives up after max_attempts failed attempts, a rate limit's 429 not counted as one.
     max_attempts: int = Field(default=4, ge=1, le=20)
     retry_max_seconds: float = Field(default=120.0, ge=0)
     backoff_initial_seconds: float = Field(default=1.0, ge=0)

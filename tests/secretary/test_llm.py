@@ -25,6 +25,7 @@ from store.clock import utc_now
 from tests.helpers.openai_server import (
     CHAT_COMPLETIONS,
     ScriptedOpenAIServer,
+    ScriptedReply,
     chat_reply,
     error_reply,
 )
@@ -191,7 +192,10 @@ def test_complete_transient_error_then_ok_retries(
 
     assert (reply.attempts, reply.repaired) == (2, False)
     assert len(chat_requests(server)) == 2
-    assert any("attempt 1/3 failed" in line for line in lines)
+    said = (
+        "attempt 1 refused by the provider's rate limit" if status == 429 else "attempt 1/3 failed"
+    )
+    assert any(said in line for line in lines)
 
 
 def test_complete_bad_request_fails_without_retry(server: ScriptedOpenAIServer) -> None:
@@ -301,3 +305,56 @@ def test_llm_module_import_leaves_litellm_unloaded() -> None:
         "import sys, secretary.llm.client, secretary.llm.budget; sys.exit('litellm' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_rate_limit_refusals_are_waited_out_not_counted_as_failed_attempts(
+    server: ScriptedOpenAIServer,
+) -> None:
+    """Several daemons against a provider stricter than the configured limit: a call may be
+    refused several times in a row while the window drains. It is not a failure."""
+    refused = ScriptedReply(
+        status=429,
+        body={"error": {"message": "rate limit reached", "type": "requests"}},
+        headers={"Retry-After": "0"},
+    )
+    server.enqueue(CHAT_COMPLETIONS, *[refused] * 5, chat_reply(VALID))
+    lines: list[str] = []
+    sink = logger.add(lines.append, level="WARNING", format="{message}")
+    try:
+        reply = LlmClient(settings_for(server, max_attempts=3)).complete(
+            prompt(), ConsolidatorReply
+        )
+    finally:
+        logger.remove(sink)
+
+    assert reply.attempts == 6  # five 429s, then the answer, under max_attempts = 3
+    assert len(chat_requests(server)) == 6
+    assert sum("refused by the provider's rate limit" in line for line in lines) == 5
+
+
+def test_rate_limit_refusals_give_up_once_retry_max_seconds_pass(
+    server: ScriptedOpenAIServer,
+) -> None:
+    server.set_default(CHAT_COMPLETIONS, error_reply(429, "rate limit reached"))
+    client = LlmClient(settings_for(server, max_attempts=2, retry_max_seconds=0.5))
+    started = time.monotonic()
+
+    with pytest.raises(LlmCallFailed, match="RateLimitError") as caught:
+        client.complete(prompt(), ConsolidatorReply)
+
+    assert caught.value.attempts > 2  # bounded by the time, not by max_attempts
+    assert time.monotonic() - started < 3.0  # 0.5 s of waiting, and litellm's start-up
+
+
+def test_failures_that_are_not_rate_limits_still_stop_at_max_attempts(
+    server: ScriptedOpenAIServer,
+) -> None:
+    server.enqueue(
+        CHAT_COMPLETIONS, error_reply(429), error_reply(503), error_reply(429), error_reply(503)
+    )
+    server.set_default(CHAT_COMPLETIONS, chat_reply(VALID))
+
+    with pytest.raises(LlmCallFailed, match=r"after 4 attempt\(s\)"):
+        LlmClient(settings_for(server, max_attempts=2)).complete(prompt(), ConsolidatorReply)
+
+    assert len(chat_requests(server)) == 4  # two 503s are two failures; the 429s did not count
