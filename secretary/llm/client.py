@@ -113,9 +113,12 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def is_rate_limited(exc: BaseException) -> bool:
-    """Return True for a provider's rate-limit refusal (429): nothing was processed."""
+    """Return True for a provider's rate-limit refusal (429): nothing was processed, and it
+    passes. Not for a 429 about a used-up quota (OpenAI's ``insufficient_quota``): that one
+    stays until someone pays, so it counts as a failed attempt like any other."""
     litellm = import_litellm()
-    return isinstance(exc, litellm.RateLimitError) or getattr(exc, "status_code", None) == 429
+    limited = isinstance(exc, litellm.RateLimitError) or getattr(exc, "status_code", None) == 429
+    return limited and "quota" not in str(exc).lower()
 
 
 def failure_hint(exc: BaseException, settings: LlmSettings) -> str:
@@ -134,6 +137,8 @@ def failure_hint(exc: BaseException, settings: LlmSettings) -> str:
         return (
             f"Cannot reach {where}: check that it runs and [llm] api_base (SECRETARY_LLM_API_BASE)"
         )
+    if status == 429 and "quota" in text.lower():
+        return "The provider says the account's quota is used up: check its plan or billing"
     if "Timeout" in type(exc).__name__:
         return (
             f"No answer within {settings.timeout_seconds:g} s: check the server, or raise "

@@ -335,15 +335,18 @@ def test_rate_limit_refusals_are_waited_out_not_counted_as_failed_attempts(
 def test_rate_limit_refusals_give_up_once_retry_max_seconds_pass(
     server: ScriptedOpenAIServer,
 ) -> None:
+    client = LlmClient(settings_for(server, max_attempts=2, retry_max_seconds=1.5))
+    # A first call pays litellm's one-off start-up cost outside the measured time.
+    server.enqueue(CHAT_COMPLETIONS, chat_reply(VALID))
+    client.complete(prompt(), ConsolidatorReply)
     server.set_default(CHAT_COMPLETIONS, error_reply(429, "rate limit reached"))
-    client = LlmClient(settings_for(server, max_attempts=2, retry_max_seconds=0.5))
     started = time.monotonic()
 
     with pytest.raises(LlmCallFailed, match="RateLimitError") as caught:
         client.complete(prompt(), ConsolidatorReply)
 
     assert caught.value.attempts > 2  # bounded by the time, not by max_attempts
-    assert time.monotonic() - started < 3.0  # 0.5 s of waiting, and litellm's start-up
+    assert time.monotonic() - started < 5.0  # 1.5 s of retrying, generous for a loaded machine
 
 
 def test_failures_that_are_not_rate_limits_still_stop_at_max_attempts(
@@ -358,3 +361,16 @@ def test_failures_that_are_not_rate_limits_still_stop_at_max_attempts(
         LlmClient(settings_for(server, max_attempts=2)).complete(prompt(), ConsolidatorReply)
 
     assert len(chat_requests(server)) == 4  # two 503s are two failures; the 429s did not count
+
+
+def test_a_used_up_quota_is_no_rate_limit_and_fails_at_max_attempts(
+    server: ScriptedOpenAIServer,
+) -> None:
+    quota = "You exceeded your current quota, please check your plan and billing details."
+    server.set_default(CHAT_COMPLETIONS, error_reply(429, quota))
+
+    with pytest.raises(LlmCallFailed, match=r"after 2 attempt\(s\)") as caught:
+        LlmClient(settings_for(server, max_attempts=2)).complete(prompt(), ConsolidatorReply)
+
+    assert len(chat_requests(server)) == 2
+    assert "quota is used up" in str(caught.value)
