@@ -73,7 +73,16 @@ def problems(result: Mapping[str, Any]) -> list[str]:
             found.append(f"{daemon} exited {code} on SIGTERM")
     if takeover_ok(result) is False:
         found.append("the killed daemon's units were not all finished in time")
+    if failed := failed_runs(result):
+        found.append(f"job runs failed against a model that answers every call: {failed}")
     return found
+
+
+def failed_runs(result: Mapping[str, Any]) -> dict[str, int]:
+    """Job runs that failed, by job. The scripted model answers every call validly, so a run
+    can fail only by what the night does to it (429s, timeouts, a lost database)."""
+    outcomes = result.get("units", {}).get("outcomes", {})
+    return {key.split(":")[0]: count for key, count in outcomes.items() if key.endswith(":failed")}
 
 
 def targets(nights: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
