@@ -112,12 +112,21 @@ class SharedThrottle:
         self._clock = clock
         self._sleep = sleep
         self._max_pause = max_pause_seconds
+        # The threads of one process ask the store in turn: while one waits for the window,
+        # the others queue here. Otherwise every waiting call (16 or more in flight) would
+        # wake when the oldest request leaves the window, all but one would be told to wait
+        # again, and a limit that binds would cost a database write per call per grant.
+        self._turn = threading.Lock()
 
     def acquire(self, tokens: int) -> Ticket:
         """Block until the shared limits let a request of ``tokens`` go; return its ticket.
 
         Raise RateLimitUnavailable if the database cannot be asked.
         """
+        with self._turn:
+            return self._acquire(tokens)
+
+    def _acquire(self, tokens: int) -> Ticket:
         waited = 0.0
         while True:
             try:

@@ -353,3 +353,42 @@ def test_failed_attempt_counts_as_a_request(
     # A refusal (4xx) processed nothing; a server error may have read the prompt.
     assert (counted.tokens > 150) is counts_prompt
     assert counted.tokens < 150 + 100 + 1000  # never the failed attempt's reply cap
+
+
+class CountingLimits(RateLimits):
+    def __init__(self, engine: Engine, window_seconds: float) -> None:
+        super().__init__(engine, window_seconds=window_seconds)
+        self.asked = 0
+        self._count = threading.Lock()
+
+    def reserve(self, *args: Any, **kwargs: Any) -> Any:
+        with self._count:
+            self.asked += 1
+        return super().reserve(*args, **kwargs)
+
+
+def test_threads_waiting_on_a_binding_limit_ask_the_store_in_turn(sqlite_engine: Engine) -> None:
+    """A daemon's calls in flight wait for the window together: one of them asks the store at
+    a time, instead of all waking when a request leaves the window and all but one being
+    told to wait again (each ask is a write transaction)."""
+    limits = CountingLimits(sqlite_engine, window_seconds=0.5)
+    throttle = SharedThrottle(limits, holder="daemon", max_requests=3, max_tokens=0)
+    calls = 12
+    start = threading.Barrier(calls)
+    tickets: list[Ticket] = []
+
+    def call() -> None:
+        start.wait()
+        tickets.append(throttle.acquire(10))
+
+    threads = [threading.Thread(target=call) for _ in range(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert len(tickets) == calls
+    # Each call reserves once; the front of the queue is told to wait once or twice per window
+    # (3 windows after the first: once, and again when the requests of one window were sent a
+    # few milliseconds apart). Every waiting thread asking at each turn makes 30 or more.
+    assert limits.asked < 2 * calls, limits.asked
