@@ -10,6 +10,7 @@ WALL_TARGET_SECONDS = 600.0  # 1,000 namespaces x 20 lines, 1 s model, one daemo
 MEMORY_TARGET_MIB = 600.0
 SCALING_TARGETS = {2: 1.8, 3: 2.5}  # daemons -> throughput against one daemon
 TAKEOVER_GRACE_SECONDS = 60.0  # a killed daemon's units finished within the lease + this
+BINDING_SHARE = 0.9  # a night pressed on its requests-per-minute limit: its busiest 60 s this full
 
 
 def units_run_twice(result: Mapping[str, Any]) -> int:
@@ -164,6 +165,22 @@ def targets(nights: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
             "never",
             ", ".join(exceeded) or "never",
             None if not limited else not exceeded,
+            "",
+        )
+    )
+    # A limit the daemons never came near shows nothing: name the nights that pressed on it.
+    binding = {
+        name: f"{calls['busiest_60s_all_requests']} / {calls['rpm_limit']}"
+        for name, r in nights.items()
+        if (calls := r.get("calls", {})).get("rpm_limit")
+        and calls.get("busiest_60s_all_requests", 0) >= BINDING_SHARE * calls["rpm_limit"]
+    }
+    rows.append(
+        _row(
+            f"... of them, nights whose busiest 60 s reached {BINDING_SHARE:.0%} of the limit",
+            "at least one",
+            ", ".join(f"{name} ({share})" for name, share in binding.items()) or "none",
+            None if not limited else bool(binding) and not exceeded,
             "",
         )
     )

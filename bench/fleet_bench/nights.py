@@ -10,7 +10,8 @@ from fleet_bench.night import Night
 MEMORIES = 300  # per namespace at 100 and 1,000 namespaces
 BIG_MEMORIES = 100  # per namespace at 10,000 (1M memories: a store prepared in about an hour)
 THROUGHPUT_RPM = 3000  # above 3 daemons x 16 calls x 60 s at 1 s: checked, never binding
-LIMITED_RPM = 600  # binding: 3 daemons could ask for 2,880 a minute
+LIMITED_RPM = 600  # 3 daemons could ask for 2,880 a minute (on two cores they make ~430)
+BINDING_RPM = 240  # binding on two cores too: 3 daemons there make ~430 calls a minute unlimited
 PROVIDER_RPM = 400  # a provider stricter than the configuration: 429s and Retry-After
 
 
@@ -47,6 +48,15 @@ def full(lines: tuple[int, int], seed: int = 0) -> list[Night]:
             rpm=LIMITED_RPM,
             provider_rpm=LIMITED_RPM,
             timeout=3 * 3600,
+        ),
+        # The same limit held across daemons where two cores can reach it.
+        Night(
+            name="n300-d3-l1-rpm240",
+            sizes=sizes(300),
+            daemons=3,
+            rpm=BINDING_RPM,
+            provider_rpm=BINDING_RPM,
+            timeout=3600,
         ),
         Night(
             name="n200-d2-l1-provider429",
