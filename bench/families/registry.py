@@ -66,5 +66,27 @@ FAMILIES: dict[str, Family] = {
             split_by="question",
             chat=True,
         ),
+        Family(
+            name="molweni",
+            title="Molweni: questions about a help channel's log",
+            shape="4 namespaces of 25 short multiparty dialogues of the Ubuntu IRC channel "
+            "(real people helping each other with their systems), each dialogue a session, "
+            "every utterance a memory (lowercase, terse, usernames and commands); short "
+            "wh-questions, gold = the utterances holding an annotated answer",
+            held_out=True,
+            split_by="question",
+            chat=False,
+        ),
+        Family(
+            name="molweni-chat",
+            title="Molweni asked in chats: the question after 3-6 utterances of its dialogue",
+            shape="Molweni's memories; each question the latest line of a chat excerpt of 3-6 "
+            "other utterances of the dialogue holding its answer",
+            held_out=True,
+            split_by="question",
+            chat=True,
+            data="molweni",
+            view="scene_chat",
+        ),
     )
 }

@@ -1,8 +1,9 @@
-"""The families' pure parts: a chat view of FriendsQA, the halves, and the relevance bench's
-AUROC and threshold arithmetic."""
+"""The families' pure parts: a chat view of FriendsQA, Molweni's conversion, the halves, and
+the relevance bench's AUROC and threshold arithmetic."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -84,3 +85,54 @@ def test_threshold_silences_a_search_whose_best_hit_is_below_it() -> None:
     assert cut["foreign_nothing"] == 100.0
     assert cut["home_r10"] == 100.0
     assert cut["home_r10_kept"] == pytest.approx(50.0)  # the weak home search answered nothing
+
+
+def _molweni_dialogue(n: int) -> dict[str, object]:
+    edus = [
+        {"text": "how do i mount my usb drive ?", "speaker": f"asker{n}"},
+        {"text": "add it to fstab , it 's easy", "speaker": "helper"},
+        {"text": "thanks !", "speaker": f"asker{n}"},
+    ]
+    context = " ".join(f"{e['speaker']}: {e['text']}".lower() for e in edus)
+    answer = "add it to fstab"
+    return {
+        "edus": edus,
+        "context": context,
+        "qas": [
+            {
+                "id": f"q{n}",
+                "question": "What's the way to mount the drive ?",
+                "answers": [{"text": answer, "answer_start": context.index(answer)}],
+                "is_impossible": False,
+            },
+            {"id": f"x{n}", "question": "Why ?", "answers": [], "is_impossible": True},
+        ],
+    }
+
+
+def test_molweni_conversion_finds_the_utterance_each_answer_lies_in() -> None:
+    from families.molweni.convert import NAMESPACES, convert_text
+
+    text = json.dumps({"data": {"dialogues": [_molweni_dialogue(n) for n in range(8)]}})
+    namespaces = convert_text(text)
+    assert len(namespaces) == NAMESPACES
+    first = namespaces[0]
+    assert [m["content"] for m in first.memories[:2]] == [
+        "asker0: how do i mount my usb drive?",
+        "helper: add it to fstab, it's easy",
+    ]
+    assert {m["session_id"] for m in first.memories} == {"dialogue-000", "dialogue-001"}
+    (question, _) = first.questions  # the unanswerable ones are left out
+    assert question.text == "What's the way to mount the drive?"
+    assert question.type == "what"
+    assert question.evidence == ("d000:u1",)
+    assert first.now > max(m["timestamp"] for m in first.memories)
+
+
+def test_molweni_conversion_refuses_a_context_that_does_not_line_up() -> None:
+    from families.molweni.convert import convert_text
+
+    dialogues = [_molweni_dialogue(n) for n in range(4)]
+    dialogues[2]["context"] = "someone else: " + str(dialogues[2]["context"])
+    with pytest.raises(ValueError, match="not at 0 of the context"):
+        convert_text(json.dumps({"data": {"dialogues": dialogues}}))
