@@ -51,6 +51,14 @@ NOTES = [
     "522 s). The 300-namespace nights ran after it, and n1000-d1-l1 was run again after it "
     "(521 s; 549 s at 48f3b8c), on a PostgreSQL without pg_stat_statements (loaded for the "
     "earlier nights, to count their statements).",
+    "The rate-limit nights (2026-11-28). n1000-d3-l1-rpm600: three daemons on two cores made "
+    "at most 495 requests in any 60 s (the cores 100% busy; three daemons spent about twice "
+    "the CPU of one on the same night), so its limit was never pressed; n300-d3-l1-rpm240 "
+    "presses on its limit (240 requests in its busiest 60 s, none over, no 429 from a provider "
+    "with the same limit). n200-d2-l1-provider429 sets no limit against a provider allowing "
+    "400 a minute: about 90 calls are answered 429 with Retry-After and wait, every run "
+    "finishes. Before 2352498 a 429 counted as one of a call's four attempts, and the same "
+    "night, run beside another benchmark, failed an auditor run after four 429s in a row.",
 ]
 
 
