@@ -108,19 +108,21 @@ def test_retry_after_beyond_the_retry_bound_backs_off_at_least_that_long(world: 
     slow_down = ScriptedReply(
         status=429,
         body={"error": {"message": "slow down", "type": "rate_limit"}},
-        headers={"Retry-After": "120"},
+        # Beyond the 1 s bound, and short: the provider's pause holds every process for
+        # this long in real time, so the run that is allowed waits it out.
+        headers={"Retry-After": "3"},
     )
     world.server.enqueue(CHAT_COMPLETIONS, slow_down)
 
     failed = world.run("extractor")
     backoff_until = world.health("extractor")["backoff_until"]
-    waiting = world.run("extractor", now=NOW + 119 * timedelta(seconds=1))
+    waiting = world.run("extractor", now=NOW + timedelta(seconds=2))
     world.reply(GOOD)
-    allowed = world.run("extractor", now=NOW + 121 * timedelta(seconds=1))
+    allowed = world.run("extractor", now=NOW + timedelta(seconds=4))
 
     assert failed.status == "failed"
-    assert "retry after 120s" in (world.records()[0].error or "")
-    assert backoff_until == (NOW + timedelta(seconds=120)).isoformat()
+    assert "retry after 3s" in (world.records()[0].error or "")
+    assert backoff_until == (NOW + timedelta(seconds=3)).isoformat()
     assert len(world.llm_requests) == 2  # 429, then (after the wait) the run that works
     assert waiting.status == "skipped"
     assert allowed.status == "applied"
