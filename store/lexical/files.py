@@ -170,7 +170,7 @@ def load(snapshot: Snapshot, *, namespace: str, k1: float, b: float) -> LexicalI
     parameters, or a file is damaged; FileNotFoundError if it was deleted meanwhile.
     """
     path = snapshot.path
-    meta = json.loads((path / _META).read_text(encoding="utf-8"))
+    meta = _meta(path)
     expected = {"format": FORMAT, "tokenizer": TOKENIZER, "namespace": namespace, "k1": k1, "b": b}
     differs = {key: meta.get(key) for key, value in expected.items() if meta.get(key) != value}
     if differs:
@@ -193,7 +193,7 @@ def load(snapshot: Snapshot, *, namespace: str, k1: float, b: float) -> LexicalI
         )
         memories = _postings(path, "memories", len(columns))
         sessions = _postings(path, "sessions", len(columns.session.names))
-    except (ValueError, OSError, json.JSONDecodeError) as exc:
+    except (ValueError, OSError, EOFError) as exc:  # EOFError: an empty .npy
         if isinstance(exc, FileNotFoundError):
             raise
         raise SnapshotUnusable(f"lexical snapshot {path} is damaged: {exc}") from exc
@@ -259,6 +259,17 @@ def _array(path: Path, name: str) -> Any:
     file = path / f"{name}.npy"
     # A plain ndarray over the mapping: np.memmap's subclass costs time on every slice.
     return np.asarray(np.load(file, mmap_mode="r", allow_pickle=False))
+
+
+def _meta(path: Path) -> dict[str, Any]:
+    """Read a snapshot's meta.json. Raise SnapshotUnusable if it is not a JSON object."""
+    try:
+        meta = json.loads((path / _META).read_text(encoding="utf-8"))
+    except ValueError as exc:  # not UTF-8, or not JSON (a write cut short, a bad disk)
+        raise SnapshotUnusable(f"lexical snapshot {path} is damaged: {_META}: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise SnapshotUnusable(f"lexical snapshot {path} is damaged: {_META} is no object")
+    return meta
 
 
 def _names(path: Path, name: str) -> list[str]:

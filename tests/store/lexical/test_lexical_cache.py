@@ -383,6 +383,28 @@ def test_damaged_snapshot_is_built_anew(tmp_path: Path) -> None:
     _restart_loads(tmp_path, ns)
 
 
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("meta.json", b'{"format'),
+        ("meta.json", b"\xff\xfe"),
+        ("meta.json", b"[1, 2]"),
+        ("keys.npy", b""),
+    ],
+)
+def test_snapshot_with_a_cut_short_file_is_built_anew(
+    tmp_path: Path, name: str, damage: bytes
+) -> None:
+    ns = Namespace(CORPUS)
+    LexicalCache(tmp_path).get("ns", ns)
+    (snapshot,) = files.snapshots(files.namespace_dir(tmp_path, "ns"))
+    (snapshot.path / name).write_bytes(damage)
+    restarted = LexicalCache(tmp_path)
+    assert list(restarted.get("ns", ns).search("squirrel", 5)) == [2]
+    assert restarted.builds == 1
+    _restart_loads(tmp_path, ns)
+
+
 def test_snapshot_ahead_of_the_database_is_ignored(tmp_path: Path) -> None:
     ns = Namespace(CORPUS)
     ns.revision = 50
