@@ -97,6 +97,12 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> CronTrigger:
     if len(fields) != 5:
         raise InvalidCron(expression, f"it has {len(fields)} field(s): {CRON_HELP}")
     minute, hour, day, month, weekdays = fields
+    fields_given = {"minute": minute, "hour": hour, "day": day, "month": month}
+    for name, value in fields_given.items():
+        try:
+            CronTrigger(**{name: value}, timezone=timezone)
+        except ValueError:
+            raise InvalidCron(expression, _field_problem(name, value)) from None
     if not day.startswith("*") and not weekdays.startswith("*"):
         raise InvalidCron(
             expression,
@@ -104,12 +110,6 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> CronTrigger:
             "read as either of them and the secretary cannot; restrict only one (use * for the "
             "other)",
         )
-    fields_given = {"minute": minute, "hour": hour, "day": day, "month": month}
-    for name, value in fields_given.items():
-        try:
-            CronTrigger(**{name: value}, timezone=timezone)
-        except ValueError:
-            raise InvalidCron(expression, _field_problem(name, value)) from None
     try:
         return CronTrigger(
             **fields_given, day_of_week=_weekday_names(weekdays, expression), timezone=timezone
