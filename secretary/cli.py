@@ -32,6 +32,7 @@ from secretary.cli_memory import export, import_, memory, namespaces
 from secretary.cli_records import records, undo
 from secretary.cli_status import status
 from secretary.config import Settings
+from secretary.logs import LOG_LEVELS
 from secretary.logs import configure as configure_logging
 from secretary.progress import progress
 from store.clock import utc_now
@@ -51,7 +52,13 @@ from store.clock import utc_now
     help="Where the SQLite database and the embedded Chroma live "
     "(default: $SECRETARY_DATA_DIR or ~/.local/share/memory-secretary).",
 )
-@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING, ...")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="How much to log to stderr.",
+)
 @click.option("--log-json", is_flag=True, help="Log one JSON object per line (for journald/ELK).")
 @click.version_option(__version__, prog_name="secretary")
 @click.pass_context
@@ -162,6 +169,9 @@ def config_group() -> None:
 @pass_context
 def config_check(ctx: Context) -> None:
     """Validate the configuration and print the effective settings, secrets hidden."""
+    from store.db import parse_url
+
+    parse_url(ctx.settings.database_url)  # a URL no command could open fails here, not later
     click.echo(json.dumps(ctx.settings.redacted(), indent=2, sort_keys=True))
 
 

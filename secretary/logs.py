@@ -23,6 +23,10 @@ class _Intercept(logging.Handler):
         logger.opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
 
 
+# loguru's levels, least severe first (what --log-level accepts).
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
+
+
 def configure(level: str = "INFO", *, json: bool = False) -> None:
     """Send every log line to stderr at ``level``; ``json=True`` writes one JSON object a line.
 

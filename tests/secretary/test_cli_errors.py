@@ -97,11 +97,23 @@ def test_outdated_schema_says_db_upgrade(run: Run, tmp_path: Path) -> None:
         ("not a url", "is not a database URL"),
     ],
 )
-def test_wrong_database_url_scheme_exits_2_naming_what_works(run: Run, url: str, says: str) -> None:
-    message = one_error(run("init", code=2, env={"SECRETARY_DATABASE_URL": url}))
+@pytest.mark.parametrize("command", [("init",), ("config", "check")])
+def test_wrong_database_url_scheme_exits_2_naming_what_works(
+    run: Run, url: str, says: str, command: tuple[str, ...]
+) -> None:
+    message = one_error(run(*command, code=2, env={"SECRETARY_DATABASE_URL": url}))
     assert says in message
     assert "postgresql://USER" in message
     assert "sqlite:///PATH" in message
+
+
+def test_unknown_log_level_is_a_usage_error_naming_the_levels(tmp_path: Path) -> None:
+    argv = ["--log-level", "verbose", "--data-dir", str(tmp_path / "data"), "status"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    assert "'verbose' is not one of" in result.stderr
+    assert "'debug'" in result.stderr
+    assert "a bug" not in result.stderr
 
 
 def test_unreachable_database_names_server_and_setting(run: Run) -> None:
