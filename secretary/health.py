@@ -99,5 +99,13 @@ def after_failure(
     return out, now_quarantined
 
 
+def after_interrupt(
+    health: Mapping[str, Any], *, at: datetime, record: int | None, message: str
+) -> Health:
+    """A run someone interrupted (Ctrl-C): the last outcome says so, but it is no failure of
+    the job: the failure count, back-off and failing batch stay as they were."""
+    return {**health, "last": _last("failed", at, record, message)}
+
+
 def _last(status: str, at: datetime, record: int | None, message: str) -> dict[str, Any]:
     return {"status": status, "at": at.isoformat(), "record": record, "message": message}

@@ -192,7 +192,13 @@ def test_run_job_keyboard_interrupt_is_recorded_and_reraised(
 
     with pytest.raises(KeyboardInterrupt):
         world.run("extractor")
-    assert [r.status for r in world.records()] == ["failed"]
+    (record,) = world.records()
+    assert (record.status, record.error) == ("failed", "interrupted (KeyboardInterrupt)")
+    # Ctrl-C is no failure of the job: no back-off for the daemon's next firing.
+    health = world.health("extractor")
+    assert "failures" not in health
+    assert "backoff_until" not in health
+    assert health["last"]["message"] == "interrupted (KeyboardInterrupt)"
 
 
 def test_run_job_dry_run_plans_but_writes_nothing(world: World) -> None:
