@@ -65,16 +65,19 @@ def after_failure(
     health: Mapping[str, Any],
     *,
     at: datetime,
-    record: int | None,
     message: str,
     batch: Sequence[int] | None,
     retry_after: float | None,
     settings: JobsSettings,
+    interrupted: bool = False,
 ) -> tuple[Health, list[int]]:
     """A failed run: count it, back off, and quarantine a batch that failed too often.
 
-    Return the new health and the items quarantined now (empty if none).
+    Return the new health and the items quarantined now (empty if none). A run someone
+    interrupted (Ctrl-C) is no failure of the job: only its last outcome is noted.
     """
+    if interrupted:
+        return {**health, "last": _last("failed", at, None, message)}, []
     failures = int(health.get("failures", 0)) + 1
     delay = min(
         settings.failure_backoff_minutes * 2 ** min(failures - 1, 30),
@@ -84,7 +87,7 @@ def after_failure(
     if retry_after is not None:
         wait = max(wait, timedelta(seconds=retry_after))
     out: Health = {**health, "failures": failures, "backoff_until": (at + wait).isoformat()}
-    out["last"] = _last("failed", at, record, message)
+    out["last"] = _last("failed", at, None, message)
     now_quarantined: list[int] = []
     if batch:
         ids = sorted(set(batch))
@@ -97,14 +100,6 @@ def after_failure(
         else:
             out["failing"] = {"ids": ids, "count": count}
     return out, now_quarantined
-
-
-def after_interrupt(
-    health: Mapping[str, Any], *, at: datetime, record: int | None, message: str
-) -> Health:
-    """A run someone interrupted (Ctrl-C): the last outcome says so, but it is no failure of
-    the job: the failure count, back-off and failing batch stay as they were."""
-    return {**health, "last": _last("failed", at, record, message)}
 
 
 def _last(status: str, at: datetime, record: int | None, message: str) -> dict[str, Any]:

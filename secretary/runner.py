@@ -413,29 +413,24 @@ class _Run:
 
     def _failed(self, ctx: JobContext, exc: BaseException) -> RunOutcome:
         cause: BaseException = exc.cause if isinstance(exc, BatchFailed) else exc
-        interrupted = not isinstance(cause, Exception)  # Ctrl-C: no fault of the job's
-        error = f"interrupted ({type(cause).__name__})" if interrupted else None
-        error = error or f"{type(cause).__name__}: {cause}"
+        interrupted = not isinstance(cause, Exception)  # Ctrl-C: no failure of the job
+        error = f"{type(cause).__name__}: {cause}"
+        error = f"interrupted ({type(cause).__name__})" if interrupted else error
         message = f"{self.overrode}: {error}" if self.overrode else error
         if self.dry_run:
             return make_outcome(
                 self.job.name, self.namespace, "failed", message, None, {"llm_calls": 0}
             )
         batch = exc.ids if isinstance(exc, BatchFailed) else None
-        retry_after = exc.retry_after if isinstance(exc, BatchFailed) else None
-        quarantined: list[int] = []
-        if interrupted:
-            health = healths.after_interrupt(self.health, at=self.now, record=None, message=message)
-        else:
-            health, quarantined = healths.after_failure(
-                self.health,
-                at=self.now,
-                record=None,
-                message=message,
-                batch=batch,
-                retry_after=retry_after,
-                settings=ctx.jobs,
-            )
+        health, quarantined = healths.after_failure(
+            self.health,
+            at=self.now,
+            message=message,
+            batch=batch,
+            retry_after=exc.retry_after if isinstance(exc, BatchFailed) else None,
+            settings=ctx.jobs,
+            interrupted=interrupted,
+        )
         stats: dict[str, Any] = {"llm_calls": ctx.llm.calls}
         if batch:
             stats["failed_batch"] = list(batch)
