@@ -20,6 +20,7 @@ from secretary.cli_common import (
     _store,
     _sync,
     host_option,
+    listening,
     namespace_option,
     pass_context,
     port_option,
@@ -430,12 +431,13 @@ def serve(ctx: Context, host: str | None, port: int | None) -> None:
     with _store(ctx) as store:
         # No daemon here: the API runs the dream requests itself while no daemon does.
         dreamer = in_process_dreamer(store, ctx.settings)
-        serve_api(
-            store,
-            status=status_config(ctx.settings),
-            dreamer=dreamer,
-            console=console_ops(store, ctx.settings),
-        )
+        with listening(store.settings.api.host, store.settings.api.port):
+            serve_api(
+                store,
+                status=status_config(ctx.settings),
+                dreamer=dreamer,
+                console=console_ops(store, ctx.settings),
+            )
 
 
 def _safe_url(settings: Settings) -> str:

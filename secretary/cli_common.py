@@ -34,6 +34,27 @@ class Context:
         return self._settings
 
 
+class ServerCannotStart(SecretaryError):
+    """uvicorn could not listen (it logged why just before)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"the API server could not start on {host}:{port}; the line above says why (a port"
+            " another program holds, or a host address this machine does not have)"
+        )
+
+
+@contextmanager
+def listening(host: str, port: int) -> Iterator[None]:
+    """Run uvicorn inside: its exit when it cannot listen (code 3) becomes ServerCannotStart."""
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code:
+            raise ServerCannotStart(host, port) from None
+        raise
+
+
 class _Group(click.Group):
     """Turns every failure into one or two lines on stderr and a non-zero exit code.
 

@@ -7,7 +7,7 @@ import asyncio
 import click
 from loguru import logger
 
-from secretary.cli_common import Context, _store, pass_context
+from secretary.cli_common import Context, _store, listening, pass_context
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -85,10 +85,11 @@ def mcp(ctx: Context, address: str | None, api_key: str | None, namespace: str |
 
         host, port = bind
         logger.info("serving the MCP tools on http://{}:{}/mcp", host, port)
-        uvicorn.run(
-            http_app(store, host=host, namespace=namespace),
-            host=host,
-            port=port,
-            log_config=None,
-            timeout_graceful_shutdown=5,
-        )
+        with listening(host, port):
+            uvicorn.run(
+                http_app(store, host=host, namespace=namespace),
+                host=host,
+                port=port,
+                log_config=None,
+                timeout_graceful_shutdown=5,
+            )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -387,6 +388,20 @@ def test_serve_and_run_bad_port_or_host_is_a_usage_error(
     result = run(command, option, value, code=2)
     assert f"Invalid value for '{option}': {why}" in result.stderr
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("command", [("serve", "--port"), ("mcp", "--http")])
+def test_serve_on_a_port_another_program_holds_says_so_and_exits_1(
+    run: Run, command: tuple[str, str]
+) -> None:
+    run("init")
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        value = str(port) if command[0] == "serve" else f"127.0.0.1:{port}"
+        result = run(*command, value, code=1)
+    assert f"error: the API server could not start on 127.0.0.1:{port}" in result.stderr
+    assert "address already in use" in result.stderr  # uvicorn's line, just before
+    assert "Traceback" not in result.stderr + result.output
 
 
 @pytest.mark.parametrize("args", [("config", "check"), ("serve",), ("run",), ("init",)])
