@@ -23,7 +23,7 @@ from maintenance_bench.llm import COUNT_MODEL
 from maintenance_bench.scripted import SCHEMA_JOBS, block
 
 from effect_bench.pollution import Truth
-from secretary.llm.client import import_litellm
+from secretary.llm.provider import import_litellm
 
 
 @dataclass

@@ -31,7 +31,7 @@ from typing import Any
 from maintenance_bench.llm import COUNT_MODEL
 from maintenance_bench.scripted import REPLIES, SCHEMA_JOBS, block
 
-from secretary.llm.client import import_litellm
+from secretary.llm.provider import import_litellm
 
 WINDOW_SECONDS = 60.0
 

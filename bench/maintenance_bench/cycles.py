@@ -31,7 +31,7 @@ from maintenance_bench.llm import COUNT_MODEL, LlmTarget, Meter, bench_settings
 from maintenance_bench.related import related_store
 from secretary.config import Settings
 from secretary.jobs.registry import JOBS
-from secretary.llm.client import import_litellm
+from secretary.llm.provider import import_litellm
 from secretary.runner import run_job
 from store.service import Store
 

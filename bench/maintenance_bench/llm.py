@@ -19,7 +19,7 @@ from typing import Any
 
 from maintenance_bench.scripted import REPLIES, SCHEMA_JOBS
 from secretary.config import Settings, load_settings
-from secretary.llm.client import import_litellm
+from secretary.llm.provider import import_litellm
 
 COUNT_MODEL = "gpt-4o-mini"  # whose tokenizer (via litellm.token_counter) the server counts with
 SCRIPTED_MODEL = "openai/scripted"

@@ -2,10 +2,10 @@
 
 ``LlmClient.complete`` sends a rendered prompt with its response schema as ``response_format``,
 validates the reply with pydantic and, if it is invalid, asks once for a corrected reply (the
-``repair`` prompt). Transient failures are retried by tenacity under one predicate
-(``is_transient``); litellm's and the provider SDK's own retries are off so the policy is ours.
-A call gives up after ``max_attempts`` failed attempts or ``retry_max_seconds``; a rate limit's
-refusal (429) is waited out within the time bound but is not counted as a failed attempt.
+``repair`` prompt). Transient failures are retried by tenacity under one policy
+(``secretary.llm.retrying``); litellm's and the provider SDK's own retries are off so the policy
+is ours. A call gives up after ``max_attempts`` failed attempts or ``retry_max_seconds``; a rate
+limit's refusal (429) is waited out within the time bound but is not counted as a failed attempt.
 litellm is imported on first use: importing it takes seconds.
 
 With a ``Throttle`` (``secretary.llm.throttle``), every HTTP attempt, each retry included (the
@@ -19,40 +19,33 @@ lost connection may have been processed, and no reply came). A transient failure
 
 from __future__ import annotations
 
-import os
-import warnings
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from loguru import logger
 from pydantic import BaseModel
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_before_delay,
-    wait_exponential,
-    wait_random,
-)
-from tenacity.stop import stop_base
-from tenacity.wait import wait_base
+from tenacity import Retrying, retry_if_exception, stop_before_delay, wait_exponential, wait_random
 
 from prompts import Dropped, ReplyModel, Salvage
 from prompts.render import RenderedPrompt, prompt_record, render
 from secretary.llm.budget import Budget
 from secretary.llm.errors import LlmCallFailed, LlmInvalidReply, LlmNotConfigured
+from secretary.llm.provider import import_litellm, provider_errors
+from secretary.llm.retrying import (
+    StopAfterFailures,
+    WaitAtLeastRetryAfter,
+    failure_hint,
+    is_transient,
+    log_retry,
+    retry_after,
+)
 from secretary.llm.settings import LlmSettings
 from secretary.llm.usage import LlmUsage
-from store.clock import utc_now
 
 if TYPE_CHECKING:  # the throttle's module opens the store: only the runner brings one
     from secretary.llm.throttle import Throttle, Ticket
 
 T = TypeVar("T", bound=ReplyModel)
-
-# HTTP statuses worth another try: request timeout, rate limit; every 5xx is checked apart.
-_TRANSIENT_STATUSES = frozenset({408, 429})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,58 +86,6 @@ def response_format_for(schema: type[BaseModel]) -> dict[str, Any]:
             "strict": True,
         },
     }
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Return True for failures worth retrying: rate limits, timeouts, lost connections, 5xx."""
-    litellm = import_litellm()
-    transient = (
-        litellm.RateLimitError,
-        litellm.Timeout,
-        litellm.APIConnectionError,
-        litellm.InternalServerError,
-        litellm.ServiceUnavailableError,
-    )
-    if isinstance(exc, transient):
-        return True
-    # Providers map some failures to generic classes (e.g. litellm.APIError); their status says.
-    status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and (status in _TRANSIENT_STATUSES or status >= 500)
-
-
-def is_rate_limited(exc: BaseException) -> bool:
-    """Return True for a provider's rate-limit refusal (429): nothing was processed, and it
-    passes. Not for a 429 about a used-up quota (OpenAI's ``insufficient_quota``): that one
-    stays until someone pays, so it counts as a failed attempt like any other."""
-    litellm = import_litellm()
-    limited = isinstance(exc, litellm.RateLimitError) or getattr(exc, "status_code", None) == 429
-    return limited and "quota" not in str(exc).lower()
-
-
-def failure_hint(exc: BaseException, settings: LlmSettings) -> str:
-    """Given a failed call, return what the operator can do about it ("" if nothing clear)."""
-    status = getattr(exc, "status_code", None)
-    text = str(exc)
-    if status in (401, 403) or "AuthenticationError" in type(exc).__name__:
-        return "The provider refused the key: check [llm] api_key (SECRETARY_LLM_API_KEY)"
-    if status == 404 or "NotFoundError" in type(exc).__name__:
-        return (
-            f"The provider does not know model {settings.model!r} (or the path): check [llm] "
-            "model and api_base (SECRETARY_LLM_MODEL, SECRETARY_LLM_API_BASE)"
-        )
-    if "Connection error" in text or "ConnectionError" in type(exc).__name__:
-        where = settings.api_base or "the provider"
-        return (
-            f"Cannot reach {where}: check that it runs and [llm] api_base (SECRETARY_LLM_API_BASE)"
-        )
-    if status == 429 and "quota" in text.lower():
-        return "The provider says the account's quota is used up: check its plan or billing"
-    if "Timeout" in type(exc).__name__:
-        return (
-            f"No answer within {settings.timeout_seconds:g} s: check the server, or raise "
-            "[llm] timeout_seconds"
-        )
-    return ""
 
 
 class LlmClient:
@@ -287,17 +228,17 @@ class LlmClient:
 
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
-            stop=_StopAfterFailures(settings.max_attempts)
+            stop=StopAfterFailures(settings.max_attempts)
             | stop_before_delay(settings.retry_max_seconds),
             # Exponential backoff plus up to one initial interval of jitter, so that clients
             # throttled together do not retry together; never sooner than Retry-After asks.
-            wait=_WaitAtLeastRetryAfter(
+            wait=WaitAtLeastRetryAfter(
                 wait_exponential(
                     multiplier=settings.backoff_initial_seconds, max=settings.backoff_max_seconds
                 )
                 + wait_random(0, settings.backoff_initial_seconds)
             ),
-            before_sleep=lambda state: _log_retry(prompt, settings, state),
+            before_sleep=lambda state: log_retry(prompt, settings, state),
             reraise=True,
         )
         try:
@@ -314,7 +255,7 @@ class LlmClient:
                 num_retries=0,
                 max_retries=0,
             )
-        except _provider_errors() as exc:
+        except provider_errors() as exc:
             attempts = int(retrying.statistics.get("attempt_number", 1))
             seconds = float(retrying.statistics.get("delay_since_first_attempt", 0.0))
             logger.warning(
@@ -403,121 +344,3 @@ def _cost_of(litellm: Any, response: Any, model: str) -> float | None:
         logger.debug("no price for model {}: {}", model, exc)
         return None
     return float(cost) if isinstance(cost, int | float) else None
-
-
-def _log_retry(prompt: RenderedPrompt, settings: LlmSettings, state: RetryCallState) -> None:
-    error = state.outcome.exception() if state.outcome else None
-    if error is not None and is_rate_limited(error):
-        logger.warning(
-            "LLM {} v{}: attempt {} refused by the provider's rate limit ({}: {}); retrying in "
-            "{:.2f}s (rate limits are waited out for up to {:g}s, not counted as failures)",
-            prompt.id,
-            prompt.version,
-            state.attempt_number,
-            type(error).__name__,
-            error,
-            state.upcoming_sleep,
-            settings.retry_max_seconds,
-        )
-        return
-    logger.warning(
-        "LLM {} v{}: attempt {}/{} failed ({}: {}); retrying in {:.2f}s",
-        prompt.id,
-        prompt.version,
-        state.attempt_number,
-        settings.max_attempts,
-        type(error).__name__,
-        error,
-        state.upcoming_sleep,
-    )
-
-
-class _StopAfterFailures(stop_base):
-    """Stop once ``max_attempts`` attempts have failed, not counting those a rate limit refused.
-
-    A 429 says "not now", not "this failed": the provider processed nothing, and with many
-    calls in flight (several daemons, a provider stricter than ``max_requests_per_minute``)
-    several retries in a row can be refused while the window drains. Those are waited out
-    under ``retry_max_seconds`` alone (``stop_before_delay`` beside this), so a night slowed by
-    a provider's limit finishes its runs instead of failing them. Tenacity asks a stop once
-    per failed attempt that may be retried; one instance serves one call.
-    """
-
-    def __init__(self, max_attempts: int) -> None:
-        self._max_attempts = max_attempts
-        self._failures = 0
-
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        outcome = retry_state.outcome
-        error = outcome.exception() if outcome is not None else None
-        if error is None or not is_rate_limited(error):
-            self._failures += 1
-        return self._failures >= self._max_attempts
-
-
-def retry_after(exc: BaseException | None) -> float | None:
-    """Return how long a failed request's provider asked to wait (Retry-After), in seconds."""
-    for headers in (
-        getattr(exc, "litellm_response_headers", None),
-        getattr(getattr(exc, "response", None), "headers", None),
-    ):
-        if headers is None:
-            continue
-        milliseconds = headers.get("retry-after-ms")
-        if milliseconds is not None:
-            try:
-                return max(0.0, float(milliseconds) / 1000)
-            except ValueError:
-                pass
-        value = headers.get("retry-after")
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            pass
-        try:
-            moment = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            continue
-        return max(0.0, (moment - utc_now()).total_seconds())
-    return None
-
-
-class _WaitAtLeastRetryAfter(wait_base):
-    """A tenacity wait that is never shorter than the provider's Retry-After."""
-
-    def __init__(self, wait: wait_base) -> None:
-        self._wait = wait
-
-    def __call__(self, retry_state: RetryCallState) -> float:
-        planned = float(self._wait(retry_state))
-        outcome = retry_state.outcome
-        asked = retry_after(outcome.exception() if outcome is not None else None)
-        return max(planned, asked or 0.0)
-
-
-def _provider_errors() -> tuple[type[Exception], ...]:
-    """Exceptions a litellm call raises for provider and HTTP failures."""
-    import httpx
-    import openai
-
-    # Every litellm.exceptions class that reports a provider failure derives from openai's.
-    return (openai.OpenAIError, httpx.HTTPError)
-
-
-def import_litellm() -> Any:
-    """Import and return litellm, configured to stay offline and quiet."""
-    # Without this, importing litellm fetches the model cost map over the network.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    # pydantic (>= 2.12) warns, on the first reply, that litellm's response types mark TypedDict
-    # items ReadOnly: nothing the daemon's log needs.
-    warnings.filterwarnings("ignore", message=".*`ReadOnly` qualifier", category=UserWarning)
-    # litellm prints a "Give Feedback / Get Help" banner to stdout on failures; we report them.
-    litellm.suppress_debug_info = True
-    # Token counts only estimate budgets: never download a Hugging Face tokenizer for them
-    # (a llama-3 model name would, and the daemon may run offline). tiktoken is bundled.
-    litellm.disable_hf_tokenizer_download = True
-    return litellm
