@@ -379,7 +379,7 @@ def index_rebuild(ctx: Context, namespace: str | None) -> None:
         names = _namespaces(store, namespace)
         store.indexer.request_rebuild(names)
         _rebuild(store, names)
-        _sync(store)
+        _sync(store, strict=True)
 
 
 @index.command("sync")
@@ -389,7 +389,7 @@ def index_sync(ctx: Context) -> None:
     both continuously)."""
     with _store(ctx) as store:
         _rebuild(store, list(store.indexer.pending_rebuilds()))
-        _sync(store)
+        _sync(store, strict=True)
         click.echo(f"outbox empty: {store.db.work.outbox_size() == 0}")
 
 

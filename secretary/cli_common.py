@@ -198,9 +198,30 @@ def require_namespace(store: Any, namespace: str) -> None:
     raise UnknownNamespace(namespace, known)
 
 
-def _sync(store: Any) -> None:
+def _sync(store: Any, *, strict: bool = False, quiet: bool = False) -> None:
+    """Apply the pending outbox now. After a write (not ``strict``) an index that cannot be
+    reached only warns: the change is stored, and the next sync, daemon or serve indexes it."""
     pending = store.db.work.outbox_size()
-    if pending:
+    if not pending:
+        return
+    try:
         with progress("indexing", pending) as bar:
             done = store.indexer.sync(progress=bar.advance)
+    except SecretaryError as exc:
+        if strict or not _index_failure(exc):
+            raise
+        click.echo(
+            f"warning: done, but {pending} change(s) wait for the vector index ({exc}): "
+            "`secretary index sync`, the daemon or `secretary serve` applies them",
+            err=True,
+        )
+        return
+    if not quiet:
         click.echo(f"indexed {done} changes")
+
+
+def _index_failure(exc: Exception) -> bool:
+    """Tell whether ``exc`` is the vector index or its embedder failing (SQL is fine)."""
+    return _is(exc, "store.vector.chroma", "VectorIndexError") or _is(
+        exc, "store.vector.embedder", "EmbedderError"
+    )

@@ -247,7 +247,8 @@ def forget(
         if not yes and not _confirmed(plan):
             raise click.exceptions.Exit(1)
         result = store.forget(namespace, selection, now=utc_now(), by="cli")
-        _index(store, quiet=as_json)
+        if not getattr(result, "index_pending", False):  # else it could not reach the index
+            _index(store, quiet=as_json)
         if compact:
             from store.db import compact as compact_database
 
@@ -332,10 +333,7 @@ def _spans(ids: list[int]) -> str:
 def _index(store: Any, *, quiet: bool) -> None:
     """Bring the vector index up to date now (a daemon would too, later); JSON output stays
     the only output."""
-    if quiet:
-        store.indexer.sync()
-    else:
-        _sync(store)
+    _sync(store, quiet=quiet)
 
 
 def _json_object(text: str | None) -> dict[str, Any] | None:

@@ -191,6 +191,27 @@ def test_unreachable_chroma_server_says_start_it_or_fix_url(run: Run) -> None:
     assert "SECRETARY_INDEX_CHROMA_URL" in message
 
 
+def test_writes_while_the_chroma_server_is_down_say_done_and_warn_exit_0(run: Run) -> None:
+    run("init")
+    down = {"SECRETARY_INDEX_CHROMA_URL": "http://127.0.0.1:1"}
+    steps = [
+        (("ingest", str(SAMPLE)), "26 lines: 26 new"),
+        (("memory", "edit", "1", "--importance", "3"), "#1 edited, now version 2"),
+        (("memory", "delete", "2"), "#2 deleted"),
+        (("undo", "3"), "record 3 undone by record"),
+        (("forget", "4", "--yes"), "forgot 1 memory"),
+    ]
+    for args, says in steps:
+        result = run(*args, env=down)  # exit 0: the change is stored
+        assert says in result.output, (args, result.output)
+        assert "warning: " in result.stderr, args
+        assert "cannot reach the Chroma server at http://127.0.0.1:1" in result.stderr, args
+        assert "error:" not in result.stderr, args
+    assert "cannot reach" in one_error(run("index", "sync", code=1, env=down))
+    run("index", "sync")  # the embedded index, reachable: it takes what waited
+    assert "ok missing=0 extra=0 stale=0" in run("index", "verify").output
+
+
 def test_unreachable_llm_names_the_server_and_setting(run: Run, tmp_path: Path) -> None:
     logs = tmp_path / "logs.jsonl"
     logs.write_text(
