@@ -208,7 +208,7 @@ class _Run:
             retry_quarantined=retry_quarantined,
         )
         try:
-            if self.job.uses_index and not self.dry_run and db.work.outbox_size():
+            if self.job.uses_index and not self.dry_run and db.work.outbox_waiting(namespace):
                 # Neighbours are found through the index: bring the namespace's vectors up to
                 # date with SQL first, unless another run (or the API's worker) is writing the
                 # index this moment; new memories are compared with each other directly anyway.

@@ -215,6 +215,9 @@ class IndexOutbox(Base):
     action: Mapped[str] = mapped_column(String(8))  # "upsert" | "delete"
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
+    # A job's run applies its own namespace's entries, oldest first (``Indexer.sync``).
+    __table_args__ = (Index("ix_outbox_namespace", "namespace", "id"),)
+
 
 class IndexRebuild(Base):
     """A vector index rebuild of one namespace that has not finished

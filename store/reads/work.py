@@ -121,6 +121,13 @@ class WorkReads:
                 for row in session.scalars(query)
             ]
 
+    def outbox_waiting(self, namespace: str) -> bool:
+        """Return whether the namespace has outbox entries not applied yet (one index probe,
+        however many other namespaces' entries wait)."""
+        query = select(IndexOutbox.id).where(IndexOutbox.namespace == namespace).limit(1)
+        with self._session() as session:
+            return session.scalar(query) is not None
+
     def outbox_size(self) -> int:
         with self._session() as session:
             return int(session.scalar(select(func.count()).select_from(IndexOutbox)) or 0)

@@ -125,7 +125,10 @@ class Indexer:
         long to wait for another writer (SYNC_WAIT_SECONDS by default; 0: sync only if nobody
         does now, as a job's run asks: the one syncing applies its entries too).
         """
-        if not self.db.work.outbox_size() and not self.db.rebuilds.pending():
+        if namespace is not None:
+            if not self.db.work.outbox_waiting(namespace):
+                return 0
+        elif not self.db.work.outbox_size() and not self.db.rebuilds.pending():
             return 0
         with self._writing(wait) as lease:
             if lease is None:

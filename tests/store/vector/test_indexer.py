@@ -53,6 +53,30 @@ def test_sync_with_an_empty_outbox_takes_no_lease(store: Store) -> None:
     assert store.indexer.sync() == 0  # nothing to do: no wait for the other writer
 
 
+def test_sync_of_a_namespace_with_nothing_pending_asks_no_lease_whatever_others_wait(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A job's run syncs its own namespace before it reads neighbours. Entries of other
+    # namespaces (a bulk ingest not indexed yet) must neither make it queue for the index's
+    # writer nor be walked to find that it has none.
+    store.add_memories("other", [{"content": "Leo plays chess."}], now=NOW)
+    asked: list[str] = []
+
+    def take(lease: Lease, wait: float) -> bool:
+        asked.append(lease.name)
+        return False
+
+    monkeypatch.setattr(indexer_module, "_take", take)
+
+    assert not store.db.work.outbox_waiting("mine")
+    assert store.db.work.outbox_waiting("other")
+    assert store.indexer.sync(namespace="mine") == 0
+    assert asked == []
+    assert store.indexer.sync(wait=0, namespace="other") == 0  # its entries: it asks
+    assert asked == ["index-sync"]
+    assert store.db.work.outbox_size() == 1
+
+
 def test_sync_of_one_namespace_applies_its_entries_and_leaves_the_others(store: Store) -> None:
     store.add_memories(
         "mine", [{"content": "Maya went hiking."}, {"content": "Maya cooks."}], now=NOW
