@@ -38,9 +38,9 @@ from sqlalchemy import Engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.benchkit import RESULTS, git, say  # noqa: E402
-from store.db import make_engine, upgrade  # noqa: E402
-from store.reads.work import WorkReads  # noqa: E402
+from bench.benchkit import RESULTS, git, say
+from store.db import make_engine, upgrade
+from store.reads.work import WorkReads
 
 POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DATABASE = "bench_outbox_scale"
