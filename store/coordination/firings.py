@@ -26,8 +26,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, exists, func, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from loguru import logger
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Select,
+    and_,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from store.db import session_factory, transaction
@@ -36,6 +49,10 @@ from store.models import Firing, FiringUnit
 PENDING, RUNNING, DONE = "pending", "running", "done"
 # pg_advisory_xact_lock's key for claims: any constant the store uses for nothing else.
 CLAIM_LOCK = 0x5EC7_F121
+# A firing of this many units or more has its table's statistics brought up to date when it
+# opens (PostgreSQL; autovacuum would in a minute or so): planned on the statistics of a table
+# a tenth its size, the first claims of a 10,000-unit night checked every unit, 26 ms each.
+ANALYZE_UNITS = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,9 +161,21 @@ class Firings:
             opened = True
         except IntegrityError:
             opened = False
+        if opened and len(namespaces) >= ANALYZE_UNITS:
+            self._analyze()
         found = self.get(key)
         assert found is not None  # inserted, or the other opener's row the key collided with
         return found, opened
+
+    def _analyze(self) -> None:
+        if self.engine.dialect.name != "postgresql":
+            return  # SQLite plans the claim by its indexes without statistics
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(text("ANALYZE firing_units"))
+                connection.commit()
+        except DBAPIError as exc:  # e.g. a role that may not analyze: claims are only slower
+            logger.warning("could not update the statistics of firing_units: {}", exc)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -227,27 +256,40 @@ class Firings:
             other.id != FiringUnit.id,
             or_(and_(other.state == RUNNING, other.lease_until > now), earlier),
         )
-        candidate = (
-            select(FiringUnit)
-            .join(Firing, Firing.id == FiringUnit.firing_id)
-            .where(
-                Firing.finished_at.is_(None),
-                or_(
-                    FiringUnit.state == PENDING,
-                    and_(FiringUnit.state == RUNNING, FiringUnit.lease_until <= now),
-                ),
-                ~busy_elsewhere,
-                *([Firing.key.startswith(key_prefix)] if key_prefix else []),
+
+        def first(state: ColumnElement[bool]) -> Select[FiringUnit]:
+            return (
+                select(FiringUnit)
+                .join(Firing, Firing.id == FiringUnit.firing_id)
+                .where(
+                    Firing.finished_at.is_(None),
+                    state,
+                    ~busy_elsewhere,
+                    *([Firing.key.startswith(key_prefix)] if key_prefix else []),
+                )
+                .order_by(FiringUnit.firing_id, FiringUnit.position)
+                .limit(1)
+                .with_for_update(skip_locked=True, of=FiringUnit)
             )
-            .order_by(FiringUnit.firing_id, FiringUnit.position)
-            .limit(1)
-            .with_for_update(skip_locked=True, of=FiringUnit)
-        )
+
+        # A unit whose lease lapsed and a pending one are looked up apart, each walking
+        # ix_firing_units_claim in order up to the first the rules allow. Asked in one query
+        # (state = pending OR a lapsed lease), PostgreSQL checked and sorted every unit of the
+        # night for each claim: 9 ms at 10,000 units against 0.06, and claims run one at a time.
+        lapsed = and_(FiringUnit.state == RUNNING, FiringUnit.lease_until <= now)
         with transaction(self._writes) as session:
             _serialise_claims(session)
-            unit = session.scalars(candidate).first()
-            if unit is None:
+            found = [
+                unit
+                for unit in (
+                    session.scalars(first(lapsed)).first(),
+                    session.scalars(first(FiringUnit.state == PENDING)).first(),
+                )
+                if unit is not None
+            ]
+            if not found:
                 return None
+            unit = min(found, key=lambda unit: (unit.firing_id, unit.position))
             unit.state = RUNNING
             unit.holder = holder
             unit.lease_until = now + ttl

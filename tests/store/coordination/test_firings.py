@@ -1,0 +1,59 @@
+"""Claiming a firing's units: lapsed and pending units in one order (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from store.coordination.firings import DONE, RUNNING
+from store.database import Database
+
+T0 = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
+SHORT = timedelta(seconds=1)
+LONG = timedelta(minutes=5)
+
+
+def test_a_lapsed_unit_before_a_pending_one_is_claimed_first(db: Database) -> None:
+    db.firings.open("linker@1", jobs=("linker",), namespaces=["x", "y"], opened_by="me", now=T0)
+    dead = db.firings.claim(holder="dead", now=T0, ttl=SHORT)  # x, never renewed
+    assert dead is not None
+
+    taken = db.firings.claim(holder="live", now=T0 + 2 * SHORT, ttl=LONG)
+
+    assert taken is not None
+    assert (taken.namespace, taken.holder, taken.claims) == ("x", "live", 2)
+
+
+def test_a_pending_unit_before_a_lapsed_one_is_claimed_first(db: Database) -> None:
+    # "a" is busy in an earlier firing, so the second firing's first claim skips its unit for
+    # "b"'s; once "a" is free, its pending unit comes before "b"'s lapsed one.
+    db.firings.open("linker@1", jobs=("linker",), namespaces=["a"], opened_by="me", now=T0)
+    earlier = db.firings.claim(holder="busy", now=T0, ttl=LONG)
+    db.firings.open("auditor@1", jobs=("auditor",), namespaces=["a", "b"], opened_by="me", now=T0)
+    skipped_to = db.firings.claim(holder="dead", now=T0, ttl=SHORT)
+    assert earlier is not None
+    assert skipped_to is not None
+    assert skipped_to.namespace == "b"
+    assert db.firings.finish(earlier.id, holder="busy", outcomes=[], now=T0 + SHORT)
+
+    first = db.firings.claim(holder="live", now=T0 + 2 * SHORT, ttl=LONG)
+    second = db.firings.claim(holder="live", now=T0 + 2 * SHORT, ttl=LONG)
+
+    assert first is not None
+    assert second is not None
+    assert (first.firing.key, first.namespace, first.claims) == ("auditor@1", "a", 1)
+    assert (second.firing.key, second.namespace, second.claims) == ("auditor@1", "b", 2)
+    assert db.firings.claim(holder="live", now=T0 + 2 * SHORT, ttl=LONG) is None
+    states = {unit.namespace: unit.state for unit in db.firings.units(first.firing.id)}
+    assert states == {"a": RUNNING, "b": RUNNING}
+    assert [unit.state for unit in db.firings.units(earlier.firing.id)] == [DONE]
+
+
+def test_opening_a_large_firing_keeps_its_claims_in_order(db: Database) -> None:
+    # At ANALYZE_UNITS units or more, opening also updates the table's statistics
+    # (PostgreSQL): the claims that follow take the units in their order, as below it.
+    names = [f"ns-{i:04d}" for i in range(1200)]
+    db.firings.open("extractor@1", jobs=("extractor",), namespaces=names, opened_by="me", now=T0)
+
+    taken = [db.firings.claim(holder="me", now=T0, ttl=LONG) for _ in range(3)]
+
+    assert [unit.namespace for unit in taken if unit is not None] == names[:3]
