@@ -28,6 +28,7 @@ from loguru import logger
 
 from secretary.config import Settings
 from secretary.jobs.registry import JOB_NAMES, get_job
+from secretary.logs import Outage
 from secretary.outcomes import RunOutcome, make_outcome
 from secretary.runner import run_job
 from store.clock import utc_now
@@ -159,6 +160,7 @@ class Dispatcher:
         self._pool: ThreadPoolExecutor | None = None
         self._concurrency = settings.jobs.concurrency
         self._dreams_only = dreams_only
+        self._claims_down = Outage("cannot claim work, trying again")
 
     # -- opening ----------------------------------------------------------------------------------
 
@@ -295,8 +297,9 @@ class Dispatcher:
             if unit is not None and self.stopping:
                 self._firings.release(unit.id, holder=self.holder)
                 unit = None
+            self._claims_down.ok()
         except DatabaseError as exc:
-            logger.warning("cannot claim work, trying again later: {}", exc)
+            self._claims_down.failed(exc)
             unit = None
         finally:
             with self._changed:
@@ -415,11 +418,13 @@ class Dispatcher:
         """Wait until every unit of ``firing`` is done (True) or the dispatcher stops (False),
         storing a dream request's progress as units end."""
         reported, reported_at = -1, -PROGRESS_SECONDS
+        down = Outage(f"firing {firing.key}: cannot read its progress, trying again")
         while True:
             try:
                 progress = self._firings.progress(firing, now=self._clock())
+                down.ok()
             except DatabaseError as exc:
-                logger.warning("firing {}: cannot read its progress: {}", firing.key, exc)
+                down.failed(exc)
                 progress = None
             if progress is not None:
                 ended = progress.done == progress.total

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loguru import logger
@@ -21,6 +23,52 @@ class _Intercept(logging.Handler):
         except ValueError:
             level = record.levelno
         logger.opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
+
+
+class Outage:
+    """The log of one thing that fails again and again while something is down (a loop that
+    polls the database every half second): the first failure as a warning, the repeats at
+    debug with a warning every ``every`` seconds saying how long and how often, and the
+    recovery once. Each says the error's first line (SQLAlchemy adds the statement and a link).
+    """
+
+    def __init__(
+        self, what: str, *, every: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.what = what
+        self._every = every
+        self._clock = clock
+        self._failures = 0
+        self._since = self._told = 0.0
+
+    def failed(self, exc: BaseException) -> None:
+        now = self._clock()
+        self._failures += 1
+        error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if self._failures == 1:
+            self._since = self._told = now
+            logger.warning("{}: {}", self.what, error)
+        elif now - self._told >= self._every:
+            self._told = now
+            logger.warning(
+                "{} for {:.0f}s ({} failures so far): {}",
+                self.what,
+                now - self._since,
+                self._failures,
+                error,
+            )
+        else:
+            logger.debug("{} (failure {}): {}", self.what, self._failures, error)
+
+    def ok(self) -> None:
+        if self._failures:
+            logger.info(
+                "{}: works again after {} failures over {:.0f}s",
+                self.what,
+                self._failures,
+                self._clock() - self._since,
+            )
+            self._failures = 0
 
 
 # loguru's levels, least severe first (what --log-level accepts).

@@ -11,8 +11,10 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from loguru import logger
 from sqlalchemy.exc import OperationalError
 
 from secretary.config import Settings
@@ -20,7 +22,7 @@ from secretary.dispatch import Dispatcher, firing_key
 from secretary.jobs.registry import JOB_NAMES
 from store.clock import utc_now
 from store.coordination.dream_requests import DreamRequestView
-from store.coordination.firings import DONE, PENDING
+from store.coordination.firings import DONE, PENDING, Firings, UnitView
 from store.database import Database
 from store.errors import SecretaryError
 from tests.helpers.blocking_calls import WAIT, BlockingCalls
@@ -206,6 +208,38 @@ def test_the_database_down_skips_the_firing(db: Database, dispatchers: list[Disp
     assert calls.log == []
     assert dispatcher.wait_idle(0)
     assert db.firings.open_firings() == []
+
+
+def test_claims_failing_while_the_database_is_down_warn_once_and_say_when_they_work(
+    db: Database, dispatchers: list[Dispatcher]
+) -> None:
+    # The claim loop polls every half second: an outage of minutes must not write two
+    # warnings a second with the statement in each (a daemon's journal during a restart).
+    class FlakyFirings(Firings):
+        failures = 4
+
+        def claim(self, **values: Any) -> UnitView | None:
+            if self.failures:
+                self.failures -= 1
+                raise OperationalError("SELECT", {}, Exception("connection refused"))
+            return super().claim(**values)
+
+    lines: list[str] = []
+    sink = logger.add(lambda message: lines.append(message.strip()), format="{level} {message}")
+    calls = BlockingCalls(["maya"])
+    calls.release_all(JOB_NAMES)
+    dispatcher = Dispatcher(calls, FlakyFirings(db.engine), settings=settings(), holder="daemon-a")
+    dispatchers.append(dispatcher)
+    try:
+        outcomes = dispatcher.dream(dream_request(namespace="maya"))
+    finally:
+        logger.remove(sink)
+
+    assert outcomes is not None
+    assert {o["job"] for o in outcomes} == set(JOB_NAMES)
+    claiming = [line for line in lines if "cannot claim work" in line]
+    assert [line.split()[0] for line in claiming] == ["WARNING", "DEBUG", "DEBUG", "DEBUG", "INFO"]
+    assert "cannot claim work, trying again: works again after 4 failures" in claiming[-1]
 
 
 # -- dream requests ------------------------------------------------------------------------------
