@@ -222,6 +222,8 @@ def test_complete_timeouts_exhaust_attempts_raise_call_failed(
         client.complete(prompt(), ConsolidatorReply)
 
     assert caught.value.attempts == 2
+    assert "No answer within 0.2 s" in str(caught.value)  # the hint, after one full stop
+    assert ".." not in str(caught.value)
     assert len(chat_requests(server)) == 3
     # Generous for a loaded machine, yet well short of one scripted delay.
     assert time.monotonic() - started < 3.0
