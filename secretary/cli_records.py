@@ -57,12 +57,18 @@ def records_list(
     with _store(ctx, namespace=namespace) as store:
         found = store.db.records.find(namespaces=namespaces, job=job, status=status, limit=limit)
         changes = store.db.records.change_counts(record.id for record in found)
+        # A job no record names is most likely mistyped: say which jobs have records.
+        known = store.db.records.jobs(namespaces=namespaces) if job and not found else None
     views = [record_summary_json(record, changes.get(record.id, {})) for record in found]
     if as_json:
         click.echo(json.dumps(views, indent=2))
         return
     if not views:
-        click.echo("no records")
+        if known is not None and job not in known:
+            having = ", ".join(known) if known else "none"
+            click.echo(f"no records of job {job!r}; the jobs with records: {having}")
+        else:
+            click.echo("no records")
     for view in views:
         click.echo(_record_line(view))
 

@@ -52,6 +52,14 @@ class RecordReads:
         with self._session() as session:
             return [record_view(row) for row in session.scalars(query)]
 
+    def jobs(self, *, namespaces: Sequence[str] | None = None) -> list[str]:
+        """Return the jobs that have records (in ``namespaces``; None: in any), by name."""
+        query = select(MaintenanceRecord.job).distinct().order_by(MaintenanceRecord.job)
+        if namespaces is not None:
+            query = query.where(MaintenanceRecord.namespace.in_(list(namespaces)))
+        with self._session() as session:
+            return list(session.scalars(query))
+
     def get(
         self, record_id: int, *, namespaces: Sequence[str] | None = None
     ) -> tuple[RecordView, list[OperationView]]:

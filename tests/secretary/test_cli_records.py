@@ -47,6 +47,10 @@ def test_records_list_json_has_fields_newest_first(run: Run, ingested: list[int]
     assert json.loads(run("records", "list", "--json", "--job", "undo").output) == []
     assert len(json.loads(run("records", "list", "--json", "--limit", "1").output)) == 1
     assert "ingest [default] applied" in run("records", "list").output
+    mistyped = run("records", "list", "--job", "extracter")
+    assert mistyped.exit_code == 0
+    assert mistyped.output == "no records of job 'extracter'; the jobs with records: ingest\n"
+    assert run("records", "list", "--job", "ingest", "--status", "failed").output == "no records\n"
 
 
 def test_records_show_prints_operations_in_order(run: Run, ingested: list[int]) -> None:
