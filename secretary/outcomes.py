@@ -19,6 +19,7 @@ from store.changes import plural
 from store.database import Database
 from store.kinds import RecordStatus
 from store.operations import Operation, changed_ids
+from store.shapes.records import dropped_items
 
 Status = Literal["applied", "planned", "refused", "failed", "skipped", "nothing"]
 
@@ -176,20 +177,21 @@ def state_moved(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> bool:
 
 
 def dropped_count(stats: Mapping[str, Any]) -> int:
-    """How many items a run left out (invalid reply items, changes to protected memories), or
-    else how many ids its replies named that were not sent."""
-    return len(stats.get("dropped") or ()) or len(stats.get("dropped_ids") or ())
+    """How many items a run left out, as its record counts them (``records list``, the
+    console): invalid reply items, ids its replies named that were not sent, changes that
+    would have touched protected memories."""
+    return len(dropped_items(stats))
 
 
 def spent_words(stats: Mapping[str, Any], info: Mapping[str, Any]) -> str:
     """What a run's message adds of what it left out and spent, whatever it applied:
-    "; dropped 10 items; 1 LLM call, 827 tokens" ("" if it dropped nothing and asked nothing).
-    ``info`` is ``LlmCalls.record_info()``."""
+    "; dropped 10 items (3 ids the model was not sent); 1 LLM call, 827 tokens" ("" if it
+    dropped nothing and asked nothing). ``info`` is ``LlmCalls.record_info()``."""
     words = []
-    if items := len(stats.get("dropped") or ()):
-        words.append(f"dropped {plural(items, 'item')}")
-    if ids := len(stats.get("dropped_ids") or ()):
-        words.append(f"ignored {plural(ids, 'id')} the model was not sent")
+    if items := dropped_count(stats):
+        ids = len(stats.get("dropped_ids") or ())
+        unsent = f" ({plural(ids, 'id')} the model was not sent)" if ids else ""
+        words.append(f"dropped {plural(items, 'item')}{unsent}")
     if calls := int(stats.get("llm_calls") or 0):
         tokens = int(info.get("tokens_in") or 0) + int(info.get("tokens_out") or 0)
         words.append(f"{plural(calls, 'LLM call')}, {plural(tokens, 'token')}")

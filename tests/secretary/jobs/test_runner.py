@@ -11,6 +11,7 @@ from secretary.jobs.extractor import Extractor
 from secretary.jobs.registry import JOBS, UnknownJob
 from secretary.llm.budget import TokenLedger
 from secretary.runner import run_job
+from store.shapes.records import dropped_items
 from tests.helpers.openai_server import CHAT_COMPLETIONS, chat_reply, error_reply
 from tests.secretary.jobs.conftest import HOUR, NOW, World
 
@@ -338,10 +339,12 @@ def test_run_job_that_drops_every_item_says_so_not_nothing_to_do(world: World) -
     assert world.active() == []
     assert outcome.status == "nothing"
     assert outcome.message == (
-        "applied nothing; dropped 2 items; ignored 1 id the model was not sent;"
-        " 1 LLM call, 11 tokens"
+        "applied nothing; dropped 3 items (1 id the model was not sent); 1 LLM call, 11 tokens"
     )
     assert world.health("extractor")["last"]["message"] == outcome.message  # what status shows
+    # The same count as its record's (records list, the console): 2 invalid items, 1 id.
+    (record,) = world.records()
+    assert len(dropped_items(record.stats)) == 3
 
 
 def test_run_job_applied_says_changes_in_the_singular_and_what_it_spent(world: World) -> None:
