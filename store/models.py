@@ -219,6 +219,17 @@ class IndexOutbox(Base):
     __table_args__ = (Index("ix_outbox_namespace", "namespace", "id"),)
 
 
+class StoreIdentity(Base):
+    """The store's id (one row, made by migration 0012): its Chroma collections carry it, so
+    that two stores never write into one collection (``store.vector.index``)."""
+
+    __tablename__ = "store_identity"
+
+    name: Mapped[str] = mapped_column(String(16), primary_key=True)  # "store"
+    store_id: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class IndexRebuild(Base):
     """A vector index rebuild of one namespace that has not finished
     (``store.coordination.rebuilds``).

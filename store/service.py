@@ -17,6 +17,7 @@ from typing import Any
 from loguru import logger
 
 from store.conflicts import OnConflict
+from store.coordination.identity import store_id
 from store.database import Database
 from store.db import check_schema, make_engine, upgrade
 from store.errors import ValidationFailed
@@ -98,7 +99,10 @@ class Store:
     def index(self) -> VectorIndex:
         url = self.settings.index.chroma_url or None
         return VectorIndex.open(
-            embedder=self.embedder, path=None if url else self.settings.chroma_path, url=url
+            embedder=self.embedder,
+            path=None if url else self.settings.chroma_path,
+            url=url,
+            store_id=store_id(self.engine),
         )
 
     @cached_property

@@ -59,6 +59,7 @@ from store.vector.chroma import (
     persists_often,
 )
 from store.vector.filters import filter_fields, where_of
+from store.vector.identity import FILTERABLE, check_collection, collection_metadata
 from store.views import MemoryView
 
 if TYPE_CHECKING:
@@ -83,9 +84,6 @@ COLLECTION_PREFIX = "mem_"
 # Collection name suffixes of a namespace's slots: the collection searches use, the one a
 # rebuild fills, and the one a rebuild replaced (dropped once the new one is in place).
 LIVE, NEXT, OLD = "", "_next", "_old"
-# In each collection's metadata: another layout (older versions: several vectors per memory)
-# is refused until `secretary index rebuild`.
-LAYOUT = "memory-v1"
 # Rows per get() while listing versions. Embedded Chroma fails on pages of ~32k rows
 # ("too many SQL variables", SQLite's limit), and offset paging gets slower per page.
 _VERSIONS_PAGE = 5000
@@ -95,12 +93,6 @@ _FALLBACK_BATCH = 1000  # when the server does not report its max batch size
 
 T = TypeVar("T")
 FloatArray = npt.NDArray[np.float32]
-
-
-# In the metadata of the collections made since each vector carries what a search filter reads
-# (``fields``): only those are filtered by Chroma; an older one is filtered after retrieval until
-# `secretary index rebuild` replaces it.
-FILTERABLE = "filters-v1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,9 +129,13 @@ def collection_name(namespace: str, slot: str = LIVE) -> str:
 class VectorIndex:
     """Memory vectors in Chroma, one collection per namespace."""
 
-    def __init__(self, client: ClientAPI, embedder: Embedder) -> None:
+    def __init__(
+        self, client: ClientAPI, embedder: Embedder, *, store_id: str | None = None
+    ) -> None:
         self._client = client
         self._embedder = embedder
+        # The store whose collections these are (``store_identity``); None: not checked.
+        self._store_id = store_id
         self._target = describe_target(client)
         self._collections: dict[str, Collection] = {}  # saves a lookup per query
         self._next: dict[str, Collection] = {}  # the collections rebuilds fill
@@ -154,12 +150,14 @@ class VectorIndex:
         path: Path | None = None,
         url: str | None = None,
         timeout: float = 10.0,
+        store_id: str | None = None,
     ) -> VectorIndex:
         """Connect to the server at ``url``, else open the embedded database at ``path``.
+        With ``store_id``, only collections of that store (or of none yet) are used.
 
         Raise VectorIndexError if neither is given or the target cannot be opened.
         """
-        index = cls(open_client(path=path, url=url, timeout=timeout), embedder)
+        index = cls(open_client(path=path, url=url, timeout=timeout), embedder, store_id=store_id)
         index._owns_client = True
         return index
 
@@ -426,32 +424,10 @@ class VectorIndex:
         return collection
 
     def _collection_metadata(self, namespace: str) -> dict[str, str | int]:
-        return {
-            "namespace": namespace,
-            "embedder_model_id": self._embedder.model_id,
-            "embedder_dim": self._embedder.dim,
-            "layout": LAYOUT,
-            "filters": FILTERABLE,
-        }
+        return collection_metadata(namespace, self._embedder, self._store_id)
 
     def _check_collection(self, namespace: str, collection: Collection) -> None:
-        """Raise if the collection belongs to another namespace or embedder."""
-        metadata = collection.metadata or {}
-        if metadata.get("namespace") != namespace:
-            raise IncompatibleCollection(
-                f"collection {collection.name} in {self._target} holds namespace "
-                f"{metadata.get('namespace')!r}, not {namespace!r}"
-            )
-        stored = (metadata.get("embedder_model_id"), metadata.get("embedder_dim"))
-        current = (self._embedder.model_id, self._embedder.dim)
-        if stored != current:
-            raise EmbedderMismatchError(namespace, stored, current)
-        if metadata.get("layout") != LAYOUT:
-            raise IncompatibleCollection(
-                f"namespace {namespace!r} was indexed in another layout "
-                f"({metadata.get('layout') or 'several vectors per memory'}, not {LAYOUT}): "
-                "rebuild the vector index (secretary index rebuild)"
-            )
+        check_collection(namespace, collection, self._embedder, self._store_id, self._target)
 
     def _batch_limit(self) -> int:
         if self._max_batch is None:

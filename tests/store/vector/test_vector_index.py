@@ -17,6 +17,7 @@ from store.vector.index import (
     NEXT,
     OLD,
     EmbedderMismatchError,
+    IncompatibleCollection,
     IndexItem,
     VectorHit,
     VectorIndex,
@@ -43,8 +44,10 @@ def open_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenI
         target = {"path": tmp_path / "chroma"}
     opened: list[VectorIndex] = []
 
-    def open_(embedder: FakeEmbedder | None = None) -> VectorIndex:
-        index = VectorIndex.open(embedder=embedder or FakeEmbedder(), **target)  # type: ignore[arg-type]
+    def open_(embedder: FakeEmbedder | None = None, store_id: str | None = None) -> VectorIndex:
+        index = VectorIndex.open(  # type: ignore[arg-type]
+            embedder=embedder or FakeEmbedder(), store_id=store_id, **target
+        )
         opened.append(index)
         return index
 
@@ -95,6 +98,45 @@ def test_collection_name_any_namespace_is_valid_chroma_name() -> None:
 
 
 # --- round trips -------------------------------------------------------------------------------
+
+
+# --- whose collections -----------------------------------------------------------------------
+
+MINE, THEIRS = "a" * 32, "b" * 32
+
+
+def test_a_collection_of_another_store_is_refused_and_kept_as_it_was(
+    open_index: OpenIndex, ns: str
+) -> None:
+    # Two stores on one Chroma server reach the same collection for a namespace name: the
+    # second must not write over the first one's vector of memory 1 (nor read it as its own).
+    mine = open_index(store_id=MINE)
+    mine.upsert(ns, [_item(1, "Maya went hiking.")])
+    theirs = open_index(store_id=THEIRS)
+
+    with pytest.raises(IncompatibleCollection, match="of another store"):
+        theirs.upsert(ns, [_item(1, "Leo plays chess.")])
+    with pytest.raises(IncompatibleCollection, match="of another store"):
+        _query(theirs, ns, "Leo plays chess.")
+
+    hits = _query(mine, ns, "Maya went hiking.")
+    assert [hit.memory_id for hit in hits] == [1]
+    assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_collection_made_before_store_ids_becomes_the_first_opening_stores(
+    open_index: OpenIndex, ns: str
+) -> None:
+    legacy = open_index()  # no store id: as collections were made before migration 0012
+    legacy.upsert(ns, [_item(1, "Maya went hiking.")])
+
+    mine = open_index(store_id=MINE)
+    assert [hit.memory_id for hit in _query(mine, ns, "Maya went hiking.")] == [1]
+    theirs = open_index(store_id=THEIRS)
+    with pytest.raises(IncompatibleCollection, match="of another store"):
+        _query(theirs, ns, "Maya went hiking.")
+    again = open_index(store_id=MINE)
+    assert [hit.memory_id for hit in _query(again, ns, "Maya went hiking.")] == [1]
 
 
 def test_query_after_upsert_nearest_memory_first(index: VectorIndex, ns: str) -> None:

@@ -1,0 +1,62 @@
+"""Two stores pointed at one Chroma server: the second is refused, the first keeps its vectors."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from secretary.config import Settings
+from store.coordination.identity import store_id
+from store.service import Store
+from store.vector.index import IncompatibleCollection
+from tests.conftest_chroma import ChromaServer
+from tests.helpers.fake_embedder import FakeEmbedder
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def open_store(data_dir: Path, chroma_url: str = "") -> Store:
+    index = Settings().index.model_copy(update={"chroma_url": chroma_url})
+    return Store.open(
+        Settings(data_dir=data_dir, index=index), create=True, embedder=FakeEmbedder()
+    )
+
+
+def test_every_store_has_an_id_of_its_own(tmp_path: Path) -> None:
+    first, second = open_store(tmp_path / "a"), open_store(tmp_path / "b")
+    try:
+        assert len(store_id(first.engine)) == 32
+        assert store_id(first.engine) != store_id(second.engine)
+        again = open_store(tmp_path / "a")  # opening (and upgrading) again keeps it
+        assert store_id(again.engine) == store_id(first.engine)
+        again.close()
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.chroma_server
+def test_a_second_store_on_the_same_chroma_server_is_refused_and_loses_nothing(
+    dedicated_chroma_server: ChromaServer, tmp_path: Path
+) -> None:
+    first = open_store(tmp_path / "first", dedicated_chroma_server.url)
+    second = open_store(tmp_path / "second", dedicated_chroma_server.url)
+    try:
+        (mine,) = first.add_memories("default", [{"content": "Maya went hiking."}], now=NOW).ids
+        assert first.indexer.sync() == 1
+        (theirs,) = second.add_memories("default", [{"content": "Leo plays chess."}], now=NOW).ids
+        assert theirs == mine  # the same memory id in both stores: the vector they would share
+
+        with pytest.raises(IncompatibleCollection, match="of another store"):
+            second.indexer.sync()
+
+        assert second.db.work.outbox_size() == 1  # kept for an index of its own
+        assert first.indexer.verify("default").clean
+        hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
+        assert [hit.memory_id for hit in hits] == [mine]
+        assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    finally:
+        first.close()
+        second.close()
