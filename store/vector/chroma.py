@@ -29,7 +29,13 @@ class VectorIndexError(StoreError):
 
 
 class IncompatibleCollection(VectorIndexError):
-    """A namespace's collection cannot be used as it is: only a rebuild makes it usable."""
+    """A namespace's collection cannot be used as it is: a rebuild makes it usable, unless it
+    is another store's (``ForeignCollection``)."""
+
+
+class ForeignCollection(IncompatibleCollection):
+    """A namespace's collection belongs to another store (on the same Chroma server): it is
+    neither used nor rebuilt, renamed or dropped from here."""
 
 
 class EmbedderMismatchError(IncompatibleCollection):

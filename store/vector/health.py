@@ -257,7 +257,7 @@ class IndexStatus:
 
 def _count_of(index: VectorIndex, namespace: str) -> int | None:
     """Return the namespace's vectors; None if its collection is unusable as it is (searches
-    say so themselves: it needs a rebuild)."""
+    say so themselves: it needs a rebuild, or is another store's)."""
     try:
         return index.count(namespace)
     except IncompatibleCollection:

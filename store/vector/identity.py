@@ -4,7 +4,11 @@ Each collection's metadata names its namespace, the embedder that made its vecto
 whether its vectors carry the fields searches filter by, and the store it belongs to
 (``store_identity`` in SQL). Collections are named by namespace, so a second store pointed at
 the same Chroma server would reach the first one's collections and write over their vectors of
-the same memory ids, unseen by either: the store's id turns that into a refusal.
+the same memory ids, unseen by either: the store's id turns that into a refusal, and another
+store's collection is never rebuilt, renamed or dropped. A collection made before collections
+named their store is used as before, by whoever opens it: none is taken over silently (the first
+store to open it could be a staging copy); the store's next `secretary index rebuild` makes it
+one of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from chromadb.api.models.Collection import Collection
 
-from store.vector.chroma import EmbedderMismatchError, IncompatibleCollection
+from store.vector.chroma import EmbedderMismatchError, ForeignCollection, IncompatibleCollection
 
 if TYPE_CHECKING:
     from store.vector.embedder import Embedder
@@ -43,6 +47,25 @@ def collection_metadata(
     return metadata
 
 
+def foreign(collection: Collection, store_id: str | None) -> bool:
+    """Tell whether the collection belongs to another store than ``store_id`` (None: checks
+    nothing, as a harness that opens an index without a store)."""
+    owner = (collection.metadata or {}).get("store_id")
+    return store_id is not None and owner is not None and owner != store_id
+
+
+def refuse_foreign(collection: Collection, store_id: str | None, target: str) -> None:
+    """Raise ForeignCollection if the collection belongs to another store."""
+    if foreign(collection, store_id):
+        owner = (collection.metadata or {}).get("store_id")
+        namespace = (collection.metadata or {}).get("namespace")
+        raise ForeignCollection(
+            f"collection {collection.name} in {target} holds namespace {namespace!r} of another "
+            f"store (store id {owner}; this one is {store_id}): one Chroma server serves one "
+            "store, so give this store a server of its own"
+        )
+
+
 def check_collection(
     namespace: str,
     collection: Collection,
@@ -50,18 +73,11 @@ def check_collection(
     store_id: str | None,
     target: str,
 ) -> None:
-    """Raise IncompatibleCollection if the collection belongs to another store or namespace,
-    or was made by another embedder or in another layout. A collection made before collections
-    named their store (and fit otherwise) becomes ``store_id``'s. ``store_id`` None: any
-    store's collection is used (a harness that opens an index without a store)."""
+    """Raise ForeignCollection if the collection belongs to another store, and
+    IncompatibleCollection if it holds another namespace or was made by another embedder or
+    in another layout."""
+    refuse_foreign(collection, store_id, target)
     metadata = collection.metadata or {}
-    owner = metadata.get("store_id")
-    if store_id is not None and owner is not None and owner != store_id:
-        raise IncompatibleCollection(
-            f"collection {collection.name} in {target} holds namespace {namespace!r} of another "
-            f"store (store id {owner}; this one is {store_id}): one Chroma server serves one "
-            "store, so give this store a server of its own"
-        )
     if metadata.get("namespace") != namespace:
         raise IncompatibleCollection(
             f"collection {collection.name} in {target} holds namespace "
@@ -77,5 +93,3 @@ def check_collection(
             f"({metadata.get('layout') or 'several vectors per memory'}, not {LAYOUT}): "
             "rebuild the vector index (secretary index rebuild)"
         )
-    if store_id is not None and owner is None:
-        collection.modify(metadata={**metadata, "store_id": store_id})

@@ -51,6 +51,7 @@ from store.vector.calls import (
 from store.vector.chroma import (
     COLLECTION_CONFIGURATION,
     EmbedderMismatchError,
+    ForeignCollection,
     IncompatibleCollection,
     VectorIndexError,
     describe_target,
@@ -59,7 +60,13 @@ from store.vector.chroma import (
     persists_often,
 )
 from store.vector.filters import filter_fields, where_of
-from store.vector.identity import FILTERABLE, check_collection, collection_metadata
+from store.vector.identity import (
+    FILTERABLE,
+    check_collection,
+    collection_metadata,
+    foreign,
+    refuse_foreign,
+)
 from store.views import MemoryView
 
 if TYPE_CHECKING:
@@ -72,6 +79,7 @@ __all__ = [
     "NEXT",
     "OLD",
     "EmbedderMismatchError",
+    "ForeignCollection",
     "IncompatibleCollection",
     "IndexItem",
     "VectorHit",
@@ -284,7 +292,8 @@ class VectorIndex:
         while True:
             with self._errors("listing collections"):
                 page = self._client.list_collections(limit=_COLLECTIONS_PAGE, offset=offset)
-            found.extend(ns for ns in map(_namespace_of, page) if ns is not None)
+            mine = [c for c in page if not foreign(c, self._store_id)]  # never another store's
+            found.extend(ns for ns in map(_namespace_of, mine) if ns is not None)
             if len(page) < _COLLECTIONS_PAGE:
                 return sorted(found)
             offset += _COLLECTIONS_PAGE
@@ -312,6 +321,8 @@ class VectorIndex:
         and layout (during a rebuild the live one may not: it is about to be replaced)."""
         try:
             return self._collection(namespace, create=False, slot=slot) is not None
+        except ForeignCollection:
+            raise  # not to be replaced by a rebuild of this store's
         except IncompatibleCollection:
             return False
 
@@ -323,6 +334,8 @@ class VectorIndex:
         try:
             if self._collection(namespace, create=False, slot=NEXT) is not None:
                 return True
+        except ForeignCollection:
+            raise  # another store's rebuild: never dropped from here
         except IncompatibleCollection as exc:
             logger.warning("starting the rebuild of namespace {!r} over: {}", namespace, exc)
             self.drop(namespace, NEXT)
@@ -342,6 +355,9 @@ class VectorIndex:
             rebuilt = self._lookup(new)
             if rebuilt is not None:
                 replaced = self._lookup(live)
+                for collection in (rebuilt, replaced):  # another store's: never renamed
+                    if collection is not None:
+                        refuse_foreign(collection, self._store_id, self._target)
                 if replaced is not None:
                     with suppress(NotFoundError):
                         self._client.delete_collection(old)  # left by an earlier promotion

@@ -60,3 +60,31 @@ def test_a_second_store_on_the_same_chroma_server_is_refused_and_loses_nothing(
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.chroma_server
+def test_a_second_stores_rebuild_leaves_the_first_ones_collections_alone(
+    dedicated_chroma_server: ChromaServer, tmp_path: Path
+) -> None:
+    # `secretary index rebuild` rebuilds every namespace the store and the server know; the
+    # server's collections of another store are neither listed, replaced, renamed nor dropped.
+    first = open_store(tmp_path / "first", dedicated_chroma_server.url)
+    second = open_store(tmp_path / "second", dedicated_chroma_server.url)
+    try:
+        (mine,) = first.add_memories("default", [{"content": "Maya went hiking."}], now=NOW).ids
+        first.add_memories("elsewhere", [{"content": "Maya cooks."}], now=NOW)
+        assert first.indexer.sync() == 2
+        second.add_memories("default", [{"content": "Leo plays chess."}], now=NOW)
+
+        assert second.indexer.namespaces() == ["default"]  # not "elsewhere": first's alone
+        with pytest.raises(IncompatibleCollection, match="of another store"):
+            second.indexer.rebuild("default")
+
+        for namespace in ("default", "elsewhere"):
+            assert first.indexer.verify(namespace).clean
+        hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
+        assert [hit.memory_id for hit in hits] == [mine]
+        assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    finally:
+        first.close()
+        second.close()

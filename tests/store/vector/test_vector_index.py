@@ -17,6 +17,7 @@ from store.vector.index import (
     NEXT,
     OLD,
     EmbedderMismatchError,
+    ForeignCollection,
     IncompatibleCollection,
     IndexItem,
     VectorHit,
@@ -124,19 +125,25 @@ def test_a_collection_of_another_store_is_refused_and_kept_as_it_was(
     assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
 
 
-def test_a_collection_made_before_store_ids_becomes_the_first_opening_stores(
+def test_a_collection_made_before_store_ids_is_used_by_any_store_and_taken_by_none(
     open_index: OpenIndex, ns: str
 ) -> None:
+    # Whoever opens it first may be a staging copy: no store takes an old collection over;
+    # its own store's next rebuild makes a collection that names it.
     legacy = open_index()  # no store id: as collections were made before migration 0012
     legacy.upsert(ns, [_item(1, "Maya went hiking.")])
 
-    mine = open_index(store_id=MINE)
-    assert [hit.memory_id for hit in _query(mine, ns, "Maya went hiking.")] == [1]
-    theirs = open_index(store_id=THEIRS)
-    with pytest.raises(IncompatibleCollection, match="of another store"):
-        _query(theirs, ns, "Maya went hiking.")
-    again = open_index(store_id=MINE)
-    assert [hit.memory_id for hit in _query(again, ns, "Maya went hiking.")] == [1]
+    for store_id in (MINE, THEIRS, MINE):
+        opened = open_index(store_id=store_id)
+        assert [hit.memory_id for hit in _query(opened, ns, "Maya went hiking.")] == [1]
+        assert opened.namespaces().count(ns) == 1
+    rebuilt = open_index(store_id=MINE)
+    rebuilt.prepare_next(ns)
+    rebuilt.upsert(ns, [_item(1, "Maya went hiking.")], slots=(NEXT,))
+    assert rebuilt.promote(ns)
+    with pytest.raises(ForeignCollection):
+        _query(open_index(store_id=THEIRS), ns, "Maya went hiking.")
+    assert ns not in open_index(store_id=THEIRS).namespaces()
 
 
 def test_query_after_upsert_nearest_memory_first(index: VectorIndex, ns: str) -> None:
