@@ -19,7 +19,7 @@ from store.changes import plural
 from store.database import Database
 from store.kinds import RecordStatus
 from store.operations import Operation, changed_ids
-from store.shapes.records import dropped_items
+from store.shapes.records import dropped_total
 
 Status = Literal["applied", "planned", "refused", "failed", "skipped", "nothing"]
 
@@ -180,7 +180,7 @@ def dropped_count(stats: Mapping[str, Any]) -> int:
     """How many items a run left out, as its record counts them (``records list``, the
     console): invalid reply items, ids its replies named that were not sent, changes that
     would have touched protected memories."""
-    return len(dropped_items(stats))
+    return dropped_total(stats)
 
 
 def spent_words(stats: Mapping[str, Any], info: Mapping[str, Any]) -> str:

@@ -45,7 +45,7 @@ class LlmCallFailed(LlmError):
         # What to do about it, when the failure says (an unreachable server, a refused key).
         fix = f". {hint}" if hint else ""
         # Providers' messages often end in a full stop ("Request timed out."): one is enough.
-        said = str(cause).rstrip().rstrip(".") if fix and not wait else str(cause)
+        said = str(cause).rstrip().rstrip(".") if fix or wait else str(cause)
         super().__init__(
             f"LLM call for prompt {prompt_id!r} to model {model!r} failed after {attempts}"
             f" attempt(s) in {seconds:.1f}s: {type(cause).__name__}: {said}{wait}{fix}"

@@ -92,7 +92,7 @@ def record_summary_json(record: RecordView, changes: Mapping[str, int]) -> dict[
         "tokens_in": record.tokens_in,
         "tokens_out": record.tokens_out,
         "cost": record.cost,
-        "dropped_count": len(dropped_items(record.stats)),
+        "dropped_count": dropped_total(record.stats),
         "quarantined_count": len(quarantined_ids(record.stats)),
         "error": record.error,
         "reason": run_reason(record.stats),
@@ -146,6 +146,13 @@ _IDS_SHOWN = 10  # ids an erasure's summary names; `records show` names them all
 
 def quarantined_ids(stats: Mapping[str, Any]) -> list[int]:
     return [i for i in stats.get("quarantined") or () if isinstance(i, int)]
+
+
+def dropped_total(stats: Mapping[str, Any]) -> int:
+    """How many items a run dropped: invalid reply items, ids outside what was sent, and each
+    change that would have touched a protected memory (``dropped_items`` says them in one)."""
+    items = sum(isinstance(entry, Mapping) for entry in stats.get("dropped") or ())
+    return items + len(stats.get("dropped_ids") or ()) + int(stats.get("dropped_protected") or 0)
 
 
 def dropped_items(stats: Mapping[str, Any]) -> list[dict[str, str]]:

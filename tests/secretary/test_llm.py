@@ -229,6 +229,22 @@ def test_complete_timeouts_exhaust_attempts_raise_call_failed(
     assert time.monotonic() - started < 3.0
 
 
+def test_call_failed_says_the_providers_error_then_what_follows_with_one_full_stop() -> None:
+    cause = RuntimeError("Request timed out.")
+
+    waited = LlmCallFailed(
+        prompt_id="p", model="m", attempts=1, seconds=1.0, cause=cause, retry_after=30.0
+    )
+    hinted = LlmCallFailed(
+        prompt_id="p", model="m", attempts=1, seconds=1.0, cause=cause, hint="Raise it"
+    )
+    alone = LlmCallFailed(prompt_id="p", model="m", attempts=1, seconds=1.0, cause=cause)
+
+    assert str(waited).endswith("Request timed out; the provider asks to retry after 30s")
+    assert str(hinted).endswith("Request timed out. Raise it")
+    assert str(alone).endswith("Request timed out.")
+
+
 def test_complete_unreachable_server_raises_call_failed() -> None:
     with ScriptedOpenAIServer() as stopped:
         settings = settings_for(stopped, max_attempts=2)

@@ -11,7 +11,7 @@ from secretary.jobs.extractor import Extractor
 from secretary.jobs.registry import JOBS, UnknownJob
 from secretary.llm.budget import TokenLedger
 from secretary.runner import run_job
-from store.shapes.records import dropped_items
+from store.shapes.records import dropped_total
 from tests.helpers.openai_server import CHAT_COMPLETIONS, chat_reply, error_reply
 from tests.secretary.jobs.conftest import HOUR, NOW, World
 
@@ -344,7 +344,7 @@ def test_run_job_that_drops_every_item_says_so_not_nothing_to_do(world: World) -
     assert world.health("extractor")["last"]["message"] == outcome.message  # what status shows
     # The same count as its record's (records list, the console): 2 invalid items, 1 id.
     (record,) = world.records()
-    assert len(dropped_items(record.stats)) == 3
+    assert dropped_total(record.stats) == 3
 
 
 def test_run_job_applied_says_changes_in_the_singular_and_what_it_spent(world: World) -> None:
