@@ -35,12 +35,12 @@ class Context:
 
 
 class ServerCannotStart(SecretaryError):
-    """uvicorn could not listen (it logged why just before)."""
+    """uvicorn could not start (it logged why just before)."""
 
     def __init__(self, host: str, port: int) -> None:
         super().__init__(
-            f"the API server could not start on {host}:{port}; the line above says why (a port"
-            " another program holds, or a host address this machine does not have)"
+            f"the API server could not start on {host}:{port}; the lines above say why (most"
+            " often a port another program holds, or a host address this machine does not have)"
         )
 
 
