@@ -6,8 +6,10 @@ Only the project's public API is used: settings through ``load_settings``, the s
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -36,6 +38,15 @@ def git(*command: str) -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def write_results(
+    out: Path, results: dict[str, Any], render: Callable[[dict[str, Any]], str]
+) -> None:
+    """Write ``results`` as JSON to ``out`` and as Markdown (``render``) beside it, and say so."""
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    out.with_suffix(".md").write_text(render(results))
+    say(f"wrote {out} and {out.with_suffix('.md')}")
 
 
 def package_version(name: str) -> str:

@@ -23,7 +23,6 @@ The threshold the index uses is ``store.vector.chroma.HNSW_SYNC``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sqlite3
@@ -42,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from bench.benchkit import RESULTS, git, package_version, say
+from bench.benchkit import RESULTS, git, package_version, say, write_results
 
 PORT = 18480
 DIM = 384
@@ -263,9 +262,7 @@ def main() -> int:
             results["big"][str(sync)] = big(sync, args.big, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(render(results))
-    say(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    write_results(args.out, results, render)
     return 0
 
 

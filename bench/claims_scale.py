@@ -14,7 +14,6 @@ the statistics update that opening a firing of ``ANALYZE_UNITS`` or more makes, 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -27,7 +26,7 @@ from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.benchkit import RESULTS, git, say
+from bench.benchkit import RESULTS, git, say, write_results
 from store.coordination import firings as firings_module
 from store.coordination.firings import Firings
 from store.db import make_engine, upgrade
@@ -127,9 +126,7 @@ def main() -> int:
             "night for each claim.",
         ],
     }
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(render(results))
-    say(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    write_results(args.out, results, render)
     return 0
 
 

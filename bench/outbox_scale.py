@@ -23,7 +23,6 @@ before). Median and p95 of repeated calls, in milliseconds.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -38,7 +37,7 @@ from sqlalchemy import Engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.benchkit import RESULTS, git, say
+from bench.benchkit import RESULTS, git, say, write_results
 from store.db import make_engine, upgrade
 from store.reads.work import WorkReads
 
@@ -180,9 +179,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="outbox-scale-") as folder:
         url = f"sqlite:///{Path(folder) / 'store.db'}"
         results["backends"]["SQLite"] = measure(url, args.entries, args.namespaces)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(render(results))
-    say(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    write_results(args.out, results, render)
     return 0
 
 

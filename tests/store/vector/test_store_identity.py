@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,54 +38,58 @@ def test_every_store_has_an_id_of_its_own(tmp_path: Path) -> None:
         second.close()
 
 
-@pytest.mark.chroma_server
-def test_a_second_store_on_the_same_chroma_server_is_refused_and_loses_nothing(
+@pytest.fixture
+def two_stores(
     dedicated_chroma_server: ChromaServer, tmp_path: Path
-) -> None:
+) -> Iterator[tuple[Store, Store]]:
+    """Two stores (each its own SQLite and id) pointed at one Chroma server."""
     first = open_store(tmp_path / "first", dedicated_chroma_server.url)
     second = open_store(tmp_path / "second", dedicated_chroma_server.url)
     try:
-        (mine,) = first.add_memories("default", [{"content": "Maya went hiking."}], now=NOW).ids
-        assert first.indexer.sync() == 1
-        (theirs,) = second.add_memories("default", [{"content": "Leo plays chess."}], now=NOW).ids
-        assert theirs == mine  # the same memory id in both stores: the vector they would share
-
-        with pytest.raises(IncompatibleCollection, match="of another store"):
-            second.indexer.sync()
-
-        assert second.db.work.outbox_size() == 1  # kept for an index of its own
-        assert first.indexer.verify("default").clean
-        hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
-        assert [hit.memory_id for hit in hits] == [mine]
-        assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+        yield first, second
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.chroma_server
+def test_a_second_store_on_the_same_chroma_server_is_refused_and_loses_nothing(
+    two_stores: tuple[Store, Store],
+) -> None:
+    first, second = two_stores
+    (mine,) = first.add_memories("default", [{"content": "Maya went hiking."}], now=NOW).ids
+    assert first.indexer.sync() == 1
+    (theirs,) = second.add_memories("default", [{"content": "Leo plays chess."}], now=NOW).ids
+    assert theirs == mine  # the same memory id in both stores: the vector they would share
+
+    with pytest.raises(IncompatibleCollection, match="of another store"):
+        second.indexer.sync()
+
+    assert second.db.work.outbox_size() == 1  # kept for an index of its own
+    assert first.indexer.verify("default").clean
+    hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
+    assert [hit.memory_id for hit in hits] == [mine]
+    assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
 
 
 @pytest.mark.chroma_server
 def test_a_second_stores_rebuild_leaves_the_first_ones_collections_alone(
-    dedicated_chroma_server: ChromaServer, tmp_path: Path
+    two_stores: tuple[Store, Store],
 ) -> None:
     # `secretary index rebuild` rebuilds every namespace the store and the server know; the
     # server's collections of another store are neither listed, replaced, renamed nor dropped.
-    first = open_store(tmp_path / "first", dedicated_chroma_server.url)
-    second = open_store(tmp_path / "second", dedicated_chroma_server.url)
-    try:
-        (mine,) = first.add_memories("default", [{"content": "Maya went hiking."}], now=NOW).ids
-        first.add_memories("elsewhere", [{"content": "Maya cooks."}], now=NOW)
-        assert first.indexer.sync() == 2
-        second.add_memories("default", [{"content": "Leo plays chess."}], now=NOW)
+    first, second = two_stores
+    (mine,) = first.add_memories("default", [{"content": "Maya went hiking."}], now=NOW).ids
+    first.add_memories("elsewhere", [{"content": "Maya cooks."}], now=NOW)
+    assert first.indexer.sync() == 2
+    second.add_memories("default", [{"content": "Leo plays chess."}], now=NOW)
 
-        assert second.indexer.namespaces() == ["default"]  # not "elsewhere": first's alone
-        with pytest.raises(IncompatibleCollection, match="of another store"):
-            second.indexer.rebuild("default")
+    assert second.indexer.namespaces() == ["default"]  # not "elsewhere": first's alone
+    with pytest.raises(IncompatibleCollection, match="of another store"):
+        second.indexer.rebuild("default")
 
-        for namespace in ("default", "elsewhere"):
-            assert first.indexer.verify(namespace).clean
-        hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
-        assert [hit.memory_id for hit in hits] == [mine]
-        assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
-    finally:
-        first.close()
-        second.close()
+    for namespace in ("default", "elsewhere"):
+        assert first.indexer.verify(namespace).clean
+    hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
+    assert [hit.memory_id for hit in hits] == [mine]
+    assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
