@@ -110,11 +110,16 @@ class WorkReads:
             }
         return sorted(names, key=lambda name: (name in served, served.get(name) or 0, name))
 
-    def outbox(self, *, limit: int, namespace: str | None = None) -> list[OutboxEntry]:
-        """Return the oldest pending outbox entries."""
+    def outbox(
+        self, *, limit: int, namespace: str | None = None, excluding: Sequence[str] = ()
+    ) -> list[OutboxEntry]:
+        """Return the oldest pending outbox entries (of ``namespace``, or of any but those
+        ``excluding`` names)."""
         query = select(IndexOutbox).order_by(IndexOutbox.id).limit(limit)
         if namespace is not None:
             query = query.where(IndexOutbox.namespace == namespace)
+        if excluding:
+            query = query.where(IndexOutbox.namespace.not_in(list(excluding)))
         with self._session() as session:
             return [
                 OutboxEntry(id=row.id, namespace=row.namespace, memory_id=row.memory_id)

@@ -34,7 +34,14 @@ from store.errors import IndexBusy
 from store.kinds import MemoryStatus
 from store.vector.compaction import Compacted, CompactionFailed, compact
 from store.vector.health import IndexStatus
-from store.vector.index import LIVE, NEXT, IndexItem, VectorIndex, VectorIndexError
+from store.vector.index import (
+    LIVE,
+    NEXT,
+    ForeignCollection,
+    IndexItem,
+    VectorIndex,
+    VectorIndexError,
+)
 from store.vector.segments import scrub, segment_dirs
 
 Progress = Callable[[int], None]
@@ -288,25 +295,36 @@ class Indexer:
         self, limit: int | None, progress: Progress | None, lease: Lease, namespace: str | None
     ) -> int:
         """Apply outbox entries (all, or up to ``limit``; of one namespace, or of every one);
-        return how many were applied."""
+        return how many were applied.
+
+        A namespace whose collection is another store's (``ForeignCollection``) keeps its
+        entries and is left out of the rest of the drain, so that the other namespaces are
+        indexed; its refusal is raised once they are."""
         done = 0
+        refused: dict[str, ForeignCollection] = {}
         while limit is None or done < limit:
             size = self.batch_size if limit is None else min(self.batch_size, limit - done)
-            entries = self.db.work.outbox(limit=size, namespace=namespace)
+            entries = self.db.work.outbox(limit=size, namespace=namespace, excluding=list(refused))
             if not entries:
                 break
             rebuilding = self.db.rebuilds.pending()  # asked for by anyone, up to this batch
             by_namespace: dict[str, list[int]] = {}
             for entry in entries:
                 by_namespace.setdefault(entry.namespace, []).append(entry.memory_id)
-            for namespace, ids in by_namespace.items():
-                self._apply(namespace, ids, self._slots(namespace, rebuilding))
-            self.db.writer.ack_outbox([entry.id for entry in entries])
+            for name, ids in by_namespace.items():
+                try:
+                    self._apply(name, ids, self._slots(name, rebuilding))
+                except ForeignCollection as exc:
+                    refused[name] = exc
+            applied = [entry.id for entry in entries if entry.namespace not in refused]
+            self.db.writer.ack_outbox(applied)
             lease.renew()
-            done += len(entries)
+            done += len(applied)
             if progress is not None:
-                progress(len(entries))
+                progress(len(applied))
             self._batch_done()
+        if refused:
+            raise next(iter(refused.values()))
         return done
 
     def _slots(self, namespace: str, rebuilding: Mapping[str, RebuildMark]) -> tuple[str, ...]:

@@ -93,3 +93,23 @@ def test_a_second_stores_rebuild_leaves_the_first_ones_collections_alone(
     hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
     assert [hit.memory_id for hit in hits] == [mine]
     assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.chroma_server
+def test_a_refused_namespace_keeps_its_changes_and_holds_back_no_other(
+    two_stores: tuple[Store, Store],
+) -> None:
+    first, second = two_stores
+    first.add_memories("default", [{"content": "Maya went hiking."}], now=NOW)
+    assert first.indexer.sync() == 1
+    # The second store's oldest entries are refused; those after them are its own.
+    second.add_memories("default", [{"content": "Leo plays chess."}], now=NOW)
+    second.add_memories("own", [{"content": "Leo paints."}, {"content": "Leo runs."}], now=NOW)
+
+    with pytest.raises(IncompatibleCollection, match="of another store"):
+        second.indexer.sync()
+
+    assert second.indexer.verify("own").clean
+    assert second.db.work.outbox_waiting("default")
+    assert second.db.work.outbox_size() == 1
+    assert first.indexer.verify("default").clean
