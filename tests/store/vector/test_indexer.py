@@ -90,3 +90,31 @@ def test_sync_of_one_namespace_applies_its_entries_and_leaves_the_others(store: 
     assert store.index.count("other") == 0
     assert store.indexer.sync() == 1  # a full sync takes the rest
     assert store.indexer.verify("other").clean
+
+
+def test_a_full_sync_applies_every_namespace_however_many_batches_it_takes(
+    tmp_path: Path,
+) -> None:
+    # Batches of 2 over 3 namespaces: each batch holds several namespaces' entries, and the
+    # next one must still read every namespace's (a loop variable once narrowed it to the
+    # last namespace of the batch before, and the sync stopped with entries left).
+    settings = Settings(data_dir=tmp_path)
+    settings = settings.model_copy(
+        update={"index": settings.index.model_copy(update={"batch_size": 2})}
+    )
+    store = Store.open(settings, create=True, embedder=FakeEmbedder())
+    try:
+        for name in ("a", "b", "c"):
+            store.add_memories(
+                name, [{"content": f"{name} one"}, {"content": f"{name} two"}], now=NOW
+            )
+        shuffled = [("b", "b three"), ("a", "a three"), ("c", "c three")]
+        for name, text in shuffled:
+            store.add_memories(name, [{"content": text}], now=NOW)
+
+        assert store.indexer.sync() == 9
+
+        assert store.db.work.outbox_size() == 0
+        assert all(store.indexer.verify(name).clean for name in ("a", "b", "c"))
+    finally:
+        store.close()
