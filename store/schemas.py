@@ -38,6 +38,11 @@ TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
 _BLANK = r"\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 TEXT = r"^[^\x00]*$"
 NOT_BLANK = rf"^[^\x00]*[^\x00{_BLANK}][^\x00]*$"
+_PATTERN_WORDS = {
+    TEXT: "must not contain a NUL character",
+    NOT_BLANK: "must not be blank or contain a NUL character",
+    TYPE_PATTERN: "must be a lowercase name: a letter, then letters, digits or _, 32 at most",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,12 +305,20 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
     out = []
     for error in exc.errors():
         field = ".".join(str(part) for part in error["loc"])
-        out.append(f"{field}: {_message(error)}" if field else _message(error))
+        out.append(f"{field}: {problem_message(error)}" if field else problem_message(error))
     return out
 
 
-def _message(error: Any) -> str:
-    return "unknown field" if error["type"] == "extra_forbidden" else str(error["msg"])
+def problem_message(error: Any) -> str:
+    """One pydantic error in words: the schema's own patterns said as what they ask, not as
+    the regular expression."""
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    if error["type"] == "string_pattern_mismatch":
+        said = _PATTERN_WORDS.get(str((error.get("ctx") or {}).get("pattern")))
+        if said is not None:
+            return said
+    return str(error["msg"])
 
 
 Item = TypeVar("Item", MemoryIn, LogIn)
@@ -393,7 +406,7 @@ def parse_patch(raw: Any, limits: Limits) -> dict[str, Any]:
     except ValidationError as exc:
         raise ValidationFailed(
             [
-                (".".join(("body", *map(str, error["loc"]))), _message(error))
+                (".".join(("body", *map(str, error["loc"]))), problem_message(error))
                 for error in exc.errors()
             ]
         ) from None

@@ -14,6 +14,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from store.errors import DatabaseUnavailable, ValidationFailed
+from store.schemas import problem_message
 
 Problems = Sequence[tuple[str, str]]
 
@@ -53,7 +54,7 @@ def _validation_problems(exc: RequestValidationError) -> list[tuple[str, str]]:
     out = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error.get("loc", ())) or "request"
-        out.append((where, str(error.get("msg", "invalid"))))
+        out.append((where, problem_message(error) if "msg" in error else "invalid"))
     return out
 
 

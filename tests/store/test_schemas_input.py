@@ -112,3 +112,21 @@ def test_search_request_lone_surrogate_names_the_parameter(
 
 def test_lone_surrogate_of_unicode_text_is_none() -> None:
     assert lone_surrogate("caf\N{LATIN SMALL LETTER E WITH ACUTE} \N{GRINNING FACE}") is None
+
+
+@pytest.mark.parametrize(
+    ("item", "said"),
+    [
+        ({"content": "a\x00b"}, "content: must not be blank or contain a NUL character"),
+        ({"content": "x", "type": "Bad Type"}, "type: must be a lowercase name: a letter, then"),
+        ({"content": "x", "session_id": "s\x00"}, "session_id: must not be blank or contain"),
+    ],
+)
+def test_parse_items_says_what_a_pattern_asks_not_the_pattern(
+    item: dict[str, Any], said: str
+) -> None:
+    _, problems = parse_items(MemoryIn, [item], Limits(), labels=["line 1"])
+
+    assert [label for label, _ in problems] == ["line 1"]
+    assert problems[0][1].startswith(said), problems
+    assert "pattern" not in problems[0][1]
