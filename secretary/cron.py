@@ -103,6 +103,11 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> CronTrigger:
             CronTrigger(**{name: value}, timezone=timezone)
         except ValueError:
             raise InvalidCron(expression, _field_problem(name, value)) from None
+    names = _weekday_names(weekdays, expression)  # a malformed field is named first
+    try:
+        CronTrigger(day_of_week=names, timezone=timezone)
+    except ValueError:
+        raise InvalidCron(expression, _field_problem("day_of_week", weekdays)) from None
     if not day.startswith("*") and not weekdays.startswith("*"):
         raise InvalidCron(
             expression,
@@ -111,9 +116,7 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> CronTrigger:
             "other)",
         )
     try:
-        return CronTrigger(
-            **fields_given, day_of_week=_weekday_names(weekdays, expression), timezone=timezone
-        )
+        return CronTrigger(**fields_given, day_of_week=names, timezone=timezone)
     except ValueError:
         raise InvalidCron(expression, _field_problem("day_of_week", weekdays)) from None
 

@@ -103,6 +103,7 @@ def test_cron_trigger_time_zone_reads_hours_locally() -> None:
         ("0 0 1 * mon", "restricts both"),
         ("a b c d e", "the minute field 'a' is not valid"),
         ("0 0 32 * mon", "the day-of-month field '32' is not valid"),
+        ("0 2 1 * xyz", "'xyz' is not a day of the week"),
     ],
 )
 def test_validate_cron_bad_expression_raises_clear_error(expression: str, message: str) -> None:
