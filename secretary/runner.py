@@ -208,10 +208,10 @@ class _Run:
             retry_quarantined=retry_quarantined,
         )
         try:
-            if self.job.uses_index and not self.dry_run and db.work.outbox_waiting(namespace):
+            if self.job.uses_index and not self.dry_run:
                 # Neighbours are found through the index: bring the namespace's vectors up to
-                # date with SQL first, unless another run (or the API's worker) is writing the
-                # index this moment; new memories are compared with each other directly anyway.
+                # date with SQL first (if any wait), unless another run or the API's worker is
+                # writing the index now; new memories are compared with each other anyway.
                 self.store.indexer.sync(wait=0, namespace=namespace)
             return self._parts(ctx)
         except BaseException as exc:
