@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import text
 
 from secretary.config import Settings, load_settings
 from store.db import check_schema, make_engine, upgrade
@@ -38,6 +41,25 @@ def git(*command: str) -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+@contextmanager
+def scratch_postgres(name: str) -> Iterator[str]:
+    """Create the empty PostgreSQL database ``name`` (dropped first if left over) on the local
+    server; yield its URL; drop it afterwards."""
+    admin = make_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+        yield POSTGRES_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
 
 
 def write_results(

@@ -22,50 +22,41 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.benchkit import RESULTS, git, say, write_results
+from bench.benchkit import RESULTS, git, say, scratch_postgres, write_results
 from store.coordination import firings as firings_module
 from store.coordination.firings import Firings
 from store.db import make_engine, upgrade
 
-ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DATABASE = "bench_claims_scale"
 IN_FLIGHT = 48
 
 
 def night(units: int, *, analyze: bool) -> dict[str, float]:
-    admin = make_engine(ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f"DROP DATABASE IF EXISTS {DATABASE}"))
-        connection.execute(text(f"CREATE DATABASE {DATABASE}"))
-    engine = make_engine(ADMIN.rsplit("/", 1)[0] + f"/{DATABASE}")
     saved = firings_module.ANALYZE_UNITS
     firings_module.ANALYZE_UNITS = saved if analyze else units + 1
-    try:
-        upgrade(engine)
-        firings = Firings(engine)
-        now = datetime.now(UTC)
-        names = [f"ns-{i:05d}" for i in range(units)]
-        firings.open("bench", jobs=["extractor"], namespaces=names, opened_by="bench", now=now)
-        claims: list[float] = []
-        running: list[int] = []
-        for _ in range(units):
-            started = time.perf_counter()
-            unit = firings.claim(holder="bench", now=now, ttl=timedelta(minutes=5))
-            claims.append((time.perf_counter() - started) * 1000)
-            assert unit is not None
-            running.append(unit.id)
-            if len(running) >= IN_FLIGHT:
-                firings.finish(running.pop(0), holder="bench", outcomes=[], now=now)
-    finally:
-        firings_module.ANALYZE_UNITS = saved
-        engine.dispose()
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {DATABASE}"))
-        admin.dispose()
+    with scratch_postgres(DATABASE) as url:
+        engine = make_engine(url)
+        try:
+            upgrade(engine)
+            firings = Firings(engine)
+            now = datetime.now(UTC)
+            names = [f"ns-{i:05d}" for i in range(units)]
+            firings.open("bench", jobs=["extractor"], namespaces=names, opened_by="bench", now=now)
+            claims: list[float] = []
+            running: list[int] = []
+            for _ in range(units):
+                started = time.perf_counter()
+                unit = firings.claim(holder="bench", now=now, ttl=timedelta(minutes=5))
+                claims.append((time.perf_counter() - started) * 1000)
+                assert unit is not None
+                running.append(unit.id)
+                if len(running) >= IN_FLIGHT:
+                    firings.finish(running.pop(0), holder="bench", outcomes=[], now=now)
+        finally:
+            firings_module.ANALYZE_UNITS = saved
+            engine.dispose()
     ordered = sorted(claims)
     return {
         "p50_ms": round(statistics.median(ordered), 2),

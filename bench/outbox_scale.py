@@ -37,11 +37,10 @@ from sqlalchemy import Engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.benchkit import RESULTS, git, say, write_results
+from bench.benchkit import RESULTS, git, say, scratch_postgres, write_results
 from store.db import make_engine, upgrade
 from store.reads.work import WorkReads
 
-POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DATABASE = "bench_outbox_scale"
 INDEX = "ix_outbox_namespace"
 REPEATS = 30
@@ -165,17 +164,8 @@ def main() -> int:
         "namespaces": args.namespaces,
         "backends": {},
     }
-    admin = make_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {DATABASE}"))
-            connection.execute(text(f"CREATE DATABASE {DATABASE}"))
-        url = POSTGRES_ADMIN.rsplit("/", 1)[0] + f"/{DATABASE}"
+    with scratch_postgres(DATABASE) as url:
         results["backends"]["PostgreSQL"] = measure(url, args.entries, args.namespaces)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f"DROP DATABASE IF EXISTS {DATABASE}"))
-        admin.dispose()
     with tempfile.TemporaryDirectory(prefix="outbox-scale-") as folder:
         url = f"sqlite:///{Path(folder) / 'store.db'}"
         results["backends"]["SQLite"] = measure(url, args.entries, args.namespaces)
