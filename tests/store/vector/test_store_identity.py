@@ -38,6 +38,13 @@ def test_every_store_has_an_id_of_its_own(tmp_path: Path) -> None:
         second.close()
 
 
+def assert_holds_its_own(store: Store, memory_id: int) -> None:
+    """The store's vector of "Maya went hiking." (``memory_id``) is still its own."""
+    hits = store.index.query("default", store.index.embed_query("Maya went hiking."), 5)
+    assert [hit.memory_id for hit in hits] == [memory_id]
+    assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+
+
 @pytest.fixture
 def two_stores(
     dedicated_chroma_server: ChromaServer, tmp_path: Path
@@ -67,9 +74,7 @@ def test_a_second_store_on_the_same_chroma_server_is_refused_and_loses_nothing(
 
     assert second.db.work.outbox_size() == 1  # kept for an index of its own
     assert first.indexer.verify("default").clean
-    hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
-    assert [hit.memory_id for hit in hits] == [mine]
-    assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    assert_holds_its_own(first, mine)
 
 
 @pytest.mark.chroma_server
@@ -90,9 +95,7 @@ def test_a_second_stores_rebuild_leaves_the_first_ones_collections_alone(
 
     for namespace in ("default", "elsewhere"):
         assert first.indexer.verify(namespace).clean
-    hits = first.index.query("default", first.index.embed_query("Maya went hiking."), 5)
-    assert [hit.memory_id for hit in hits] == [mine]
-    assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    assert_holds_its_own(first, mine)
 
 
 @pytest.mark.chroma_server
