@@ -57,6 +57,17 @@ FAMILIES: dict[str, Family] = {
             view="scene_chat",
         ),
         Family(
+            name="prefeval",
+            title="PrefEval: a request that a preference stated once should shape",
+            shape="10 users of 100 preferences each (about 5 of each of 20 topics: diet, "
+            "hotels, games, pets, ...), each stated once on a day of its own, no sessions; "
+            'each question a request that never names its preference ("can you recommend '
+            'cafes in San Francisco?" for a gluten-free diet), gold = that preference',
+            held_out=False,
+            split_by="namespace",
+            chat=False,
+        ),
+        Family(
             name="madial",
             title="MADial-Bench: the conversation so far recalls a past personal event",
             shape="one namespace per user, each memory a dated personal event with its "

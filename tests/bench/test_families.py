@@ -136,3 +136,30 @@ def test_molweni_conversion_refuses_a_context_that_does_not_line_up() -> None:
     dialogues[2]["context"] = "someone else: " + str(dialogues[2]["context"])
     with pytest.raises(ValueError, match="not at 0 of the context"):
         convert_text(json.dumps({"data": {"dialogues": dialogues}}))
+
+
+def test_prefeval_deals_each_topic_over_the_users_and_keeps_a_repeated_text_once() -> None:
+    from families.prefeval.convert import NAMESPACES, TOPICS, convert_topics
+
+    topics = {
+        topic: [
+            {"preference": f"I like {topic} thing {i}.", "question": f"Any {topic} idea {i}?"}
+            for i in range(NAMESPACES + 1)
+        ]
+        for topic in TOPICS
+    }
+    # The same preference for the first and the eleventh item of a topic: the same user.
+    topics["pet_ownership"][NAMESPACES]["preference"] = "I like  pet_ownership thing 0."
+    users = convert_topics(topics)
+    assert len(users) == NAMESPACES
+    first = users[0]
+    assert len(first.questions) == 2 * len(TOPICS)
+    assert len(first.memories) == 2 * len(TOPICS) - 1  # the repeated text is one memory
+    asked = {q.qid: q for q in first.questions}
+    assert asked[f"prefeval-pet_ownership-{NAMESPACES}"].evidence == ("pet_ownership:0",)
+    assert asked["prefeval-travel_hotel-0"].type == "travel"
+    assert {m["external_id"] for m in users[1].memories} >= {"travel_hotel:1"}
+    assert not any("session_id" in m for m in first.memories)
+    times = [m["timestamp"] for m in first.memories]
+    assert len(set(times)) == len(times)
+    assert first.now > max(times)
