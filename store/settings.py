@@ -184,6 +184,13 @@ class RetrievalSettings(Section):
     # them): the lexical part is the better of its own score and this weight x that one, each
     # over its best. 0: off.
     lexical_context: float = Field(default=0.8, ge=0, le=1)
+    # A reading's lexical evidence counts in full when one of its three best BM25 matches holds
+    # at least this share of the query's terms (IDF-weighted, with the memory before it when
+    # lexical_context reads that); below, its lexical parts are scaled by (share / this) ** 2
+    # (before lexical_exponent): a request whose best matches share a word with it ("can you
+    # recommend cafes in San Francisco?" against "I follow a gluten-free diet") has no lexical
+    # evidence worth its weight. 0: off.
+    lexical_support: float = Field(default=0.2, ge=0, le=1)
     spread_depth: int = Field(default=1, ge=0, le=4)
     spread_fanout: int = Field(default=8, ge=0, le=100)
     spread_decay: float = Field(default=0.4, ge=0, le=1)

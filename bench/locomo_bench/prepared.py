@@ -19,7 +19,7 @@ import pickle
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,7 @@ from store.lexical.view import LexicalView
 from store.reads.search import SearchRow
 from store.search.query_shape import QueryShape, query_terms, query_vector, weigh
 from store.search.scoring import mix_scores, parse_periods
-from store.search.searcher import SESSION_CANDIDATES, Evidence, Seen, query_shape
+from store.search.searcher import SESSION_CANDIDATES, Evidence, Seen, query_shape, supports
 from store.service import Store
 from store.settings import RetrievalSettings
 from store.vector.index import VectorHit
@@ -221,17 +221,22 @@ class Materials:
             )
             for reading in shape.readings
         ]
-        main, *also = seen
+        terms = query_terms(shape)
+        view = self._lexical_view(ns)
+        idf = view.idf(frozenset().union(*terms))
+        found = supports(view, [s.lexical for s in seen], terms, idf, settings)
+        main, *also = [replace(s, support=f) for s, f in zip(seen, found, strict=True)]
         return Evidence(
             lexical=main.lexical,
             sessions=main.sessions,
             hits=main.hits,
             weight=main.weight,
+            support=main.support,
             periods=parse_periods(shape.focus, conv.now),
             also=tuple(also),
-            terms=(terms := query_terms(shape)),
+            terms=terms,
             echoes=shape.echoes,
-            idf=self._lexical_view(ns).idf(frozenset().union(*terms)),
+            idf=idf,
         )
 
 

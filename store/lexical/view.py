@@ -109,6 +109,43 @@ class LexicalView:
             found[term] = bm25.idf(min(df, n_docs), n_docs)
         return found
 
+    def holding(
+        self, memory_ids: Sequence[int], terms: Iterable[str], *, context: bool = False
+    ) -> dict[int, frozenset[str]]:
+        """Return which of ``terms`` (tokens, as `tokenize` makes them) each live memory of
+        ``memory_ids`` holds, with the memory before it in its session's when ``context`` (its
+        context document, as `search(context=...)` reads it). A few memories at a time: each
+        (memory, term) is one binary search of the term's postings."""
+        chain = self.chain
+        wanted = np.asarray(list(memory_ids), dtype=chain.keys.dtype)
+        rows = np.flatnonzero(np.isin(chain.keys, wanted))
+        if chain.dead is not None:
+            rows = rows[~np.isin(rows, chain.dead)]
+        terms = list(dict.fromkeys(terms))
+        found = {}
+        for row in rows.tolist():
+            read = [row]
+            if context and chain.before[row] >= 0:
+                read.append(int(chain.before[row]))
+            found[int(chain.keys[row])] = frozenset(
+                term for term in terms if any(self._row_holds(r, term) for r in read)
+            )
+        return found
+
+    def _row_holds(self, row: int, term: str) -> bool:
+        """Whether the memory of chain row ``row`` holds ``term``."""
+        for index in self._indexes:
+            if row < len(index):
+                term_id = index.vocab.get(term)
+                if term_id is None:
+                    return False
+                postings = index.memory_part.postings
+                start, end = int(postings.indptr[term_id]), int(postings.indptr[term_id + 1])
+                at = start + int(np.searchsorted(postings.indices[start:end], row))
+                return at < end and int(postings.indices[at]) == row
+            row -= len(index)
+        return False
+
     def search_sessions(self, query: str, k: int) -> dict[str, float]:
         """Like `LexicalIndex.search_sessions`, over base and tail."""
         parts = [(index.session_part, None) for index in self._indexes]

@@ -84,6 +84,7 @@ class Seen:
     sessions: Mapping[str, float]  # session_id -> session BM25 / best
     hits: Sequence[VectorHit]  # nearest vectors, nearest first
     weight: float = 1.0  # of the relevance this reading gives
+    support: float = 1.0  # how far its lexical evidence counts (scoring.lexical_support)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +97,7 @@ class Evidence:
     hits: Sequence[VectorHit]  # nearest vectors, nearest first
     periods: tuple[Period, ...]
     weight: float = 1.0  # of the main reading's match (a chat that asks nothing: below 1)
+    support: float = 1.0  # of the main reading's lexical evidence (scoring.lexical_support)
     also: tuple[Seen, ...] = ()
     terms: tuple[frozenset[str], ...] = ()  # the query's BM25 term sets (query_terms)
     echoes: frozenset[str] = frozenset()  # content hashes of the turns a chat quotes
@@ -104,7 +106,11 @@ class Evidence:
     @property
     def readings(self) -> tuple[Seen, ...]:
         main = Seen(
-            lexical=self.lexical, sessions=self.sessions, hits=self.hits, weight=self.weight
+            lexical=self.lexical,
+            sessions=self.sessions,
+            hits=self.hits,
+            weight=self.weight,
+            support=self.support,
         )
         return (main, *self.also)
 
@@ -235,7 +241,7 @@ def _reading_parts(evidence: Evidence, settings: RetrievalSettings) -> list[Read
         most_added += settings.w_period if evidence.periods else 0.0
         found.append(
             ReadingParts(
-                lexical=lexical_parts(seen.lexical, settings.lexical_exponent),
+                lexical=lexical_parts(seen.lexical, settings.lexical_exponent, seen.support),
                 dense=dense_parts((hit.memory_id, hit.similarity) for hit in seen.hits),
                 sessions=seen.sessions,
                 weight=weight,

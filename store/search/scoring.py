@@ -159,17 +159,30 @@ def relevance(similarity: float, covered: float) -> float:
 # -- match parts -------------------------------------------------------------------------------
 
 
-def lexical_parts(scores: Mapping[int, float], exponent: float) -> dict[int, float]:
-    """Given memory_id -> BM25 score / the best score, return memory_id -> lexical part.
+def lexical_parts(
+    scores: Mapping[int, float], exponent: float, support: float = 1.0
+) -> dict[int, float]:
+    """Given memory_id -> BM25 score / the best score, return memory_id -> lexical part,
+    (``support`` x that) ** ``exponent``.
 
     BM25 divided by the best is compressed: a memory sharing one or two of a question's words
     often scores half of the best, while the cosine is stretched over the candidates (see
     `dense_parts`). Raising it to ``exponent`` > 1 keeps the best at 1 and lowers partial
-    matches, so the two parts add up on comparable scales.
+    matches, so the two parts add up on comparable scales. ``support`` (`lexical_support`)
+    lowers them all when even the best matches hold little of the query.
     """
-    if exponent == 1.0:
+    if exponent == 1.0 and support == 1.0:
         return dict(scores)
-    return {memory_id: score**exponent for memory_id, score in scores.items()}
+    return {memory_id: (support * score) ** exponent for memory_id, score in scores.items()}
+
+
+def lexical_support(covered: float, floor: float) -> float:
+    """Return how far a reading's lexical evidence counts: 1 when its best matches hold at
+    least ``floor`` of the query's terms (``covered``, `coverage`), (covered / floor) ** 2
+    below; 1 when ``floor`` is 0 (off)."""
+    if floor <= 0 or covered >= floor:
+        return 1.0
+    return (max(0.0, covered) / floor) ** 2
 
 
 def dense_parts(hits: Iterable[tuple[int, float]]) -> dict[int, float]:

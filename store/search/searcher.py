@@ -8,7 +8,7 @@ The scoring itself is pure (``store.search.scoring``); this module only fetches 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -40,7 +40,7 @@ from store.search.ranking import (
     judged,
     rank,
 )
-from store.search.scoring import mix_scores, parse_periods
+from store.search.scoring import coverage, lexical_support, mix_scores, parse_periods
 from store.settings import RetrievalSettings
 from store.vector.embedder import EmbedderError
 from store.vector.index import VectorHit, VectorIndex, VectorIndexError
@@ -57,6 +57,7 @@ __all__ = [
     "Seen",
     "query_shape",
     "rank",
+    "supports",
 ]
 
 # Sessions scored per query; a session outside the best ones adds nothing to its memories.
@@ -194,17 +195,21 @@ class Searcher:
             hits, failed = answer()
             seen[index] = replace(seen[index], hits=hits)
             degraded = degraded or failed
-        main, *also = seen
+        terms = query_terms(shape)
+        idf = view.idf(frozenset().union(*terms))
+        found = supports(view, [s.lexical for s in seen], terms, idf, config)
+        main, *also = [replace(s, support=f) for s, f in zip(seen, found, strict=True)]
         evidence = Evidence(
             lexical=main.lexical,
             sessions=main.sessions,
             hits=main.hits,
             weight=main.weight,
+            support=main.support,
             periods=parse_periods(shape.focus, now),
             also=tuple(also),
-            terms=(terms := query_terms(shape)),
+            terms=terms,
             echoes=shape.echoes,
-            idf=view.idf(frozenset().union(*terms)),
+            idf=idf,
         )
         return evidence, degraded
 
@@ -321,3 +326,28 @@ def query_shape(query: str, settings: RetrievalSettings) -> QueryShape:
         focus_dense=settings.chat_focus_dense,
         aside=settings.chat_aside,
     )
+
+
+# A reading's lexical support is judged on this many of its best BM25 matches.
+SUPPORT_MATCHES = 3
+
+
+def supports(
+    view: LexicalView,
+    readings: Sequence[Mapping[int, float]],
+    terms: Sequence[frozenset[str]],
+    idf: Mapping[str, float],
+    settings: RetrievalSettings,
+) -> list[float]:
+    """Return each reading's lexical support (``scoring.lexical_support``): the best share of
+    the query's terms that one of its SUPPORT_MATCHES best BM25 matches holds (with the memory
+    before it when BM25 reads that too), against ``settings.lexical_support``."""
+    if settings.lexical_support <= 0:
+        return [1.0 for _ in readings]
+    found = []
+    for lexical in readings:
+        best = list(lexical)[:SUPPORT_MATCHES]
+        held = view.holding(best, idf, context=settings.lexical_context > 0)
+        covered = max((coverage(terms, held.get(mid, ()), idf) for mid in best), default=0.0)
+        found.append(lexical_support(covered, settings.lexical_support))
+    return found
