@@ -116,21 +116,34 @@ class LexicalView:
         ``memory_ids`` holds, with the memory before it in its session's when ``context`` (its
         context document, as `search(context=...)` reads it). A few memories at a time: each
         (memory, term) is one binary search of the term's postings."""
-        chain = self.chain
-        wanted = np.asarray(list(memory_ids), dtype=chain.keys.dtype)
-        rows = np.flatnonzero(np.isin(chain.keys, wanted))
-        if chain.dead is not None:
-            rows = rows[~np.isin(rows, chain.dead)]
+        rows = self._rows_of(memory_ids)
+        before = self.chain.before if context else None
         terms = list(dict.fromkeys(terms))
         found = {}
-        for row in rows.tolist():
+        for memory_id, row in rows.items():
             read = [row]
-            if context and chain.before[row] >= 0:
-                read.append(int(chain.before[row]))
-            found[int(chain.keys[row])] = frozenset(
+            if before is not None and before[row] >= 0:
+                read.append(int(before[row]))
+            found[memory_id] = frozenset(
                 term for term in terms if any(self._row_holds(r, term) for r in read)
             )
         return found
+
+    def _rows_of(self, memory_ids: Iterable[int]) -> dict[int, int]:
+        """Return memory_id -> its live row (base rows, then tail rows) for those indexed."""
+        wanted = np.asarray(list(memory_ids), dtype=np.int64)
+        rows: dict[int, int] = {}
+        offset = 0
+        for index in self._indexes:
+            keys = index.columns.keys  # ascending
+            for memory_id, at in zip(wanted.tolist(), np.searchsorted(keys, wanted).tolist()):
+                if at < len(keys) and int(keys[at]) == memory_id:
+                    rows[memory_id] = offset + at
+            offset += len(index)
+        if self.dead is not None and rows:
+            dead = set(np.intersect1d(np.fromiter(rows.values(), np.int64), self.dead).tolist())
+            rows = {mid: row for mid, row in rows.items() if row not in dead}
+        return rows
 
     def _row_holds(self, row: int, term: str) -> bool:
         """Whether the memory of chain row ``row`` holds ``term``."""

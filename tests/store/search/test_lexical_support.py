@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from secretary.config import Settings
@@ -82,6 +83,11 @@ def test_holding_reads_a_memorys_terms_and_with_context_the_memory_before_it() -
         12: frozenset({cello}),
     }
     assert view.holding([99], terms) == {}
+    # A memory changed since the base was built: its base row is dead, its tail row holds it.
+    changed = LexicalView(
+        base, LexicalIndex.build([_doc(12, "tomatoes again", None, 4)]), dead=np.array([2])
+    )
+    assert changed.holding([12], terms) == {12: frozenset({tomato})}
 
 
 @pytest.fixture(scope="module")
