@@ -136,7 +136,8 @@ class LexicalView:
         offset = 0
         for index in self._indexes:
             keys = index.columns.keys  # ascending
-            for memory_id, at in zip(wanted.tolist(), np.searchsorted(keys, wanted).tolist()):
+            places = np.searchsorted(keys, wanted).tolist()
+            for memory_id, at in zip(wanted.tolist(), places, strict=True):
                 if at < len(keys) and int(keys[at]) == memory_id:
                     rows[memory_id] = offset + at
             offset += len(index)
