@@ -18,8 +18,9 @@ coverage). Reported, per data set and half:
 store/search/scoring.py) on the tune halves of the tuned data (LoCoMo conversations 0-4,
 FriendsQA's tune episodes): label 1 for a home hit that is gold, 0 for every hit of a foreign
 result (where nothing is relevant). A home hit that is not gold is left out: the annotations
-name the evidence of an answer, and many other hits are about the question too. MADial-Bench
-is held out: reported, never fitted or chosen on.
+name the evidence of an answer, and many other hits are about the question too. The held-out
+families (MADial-Bench, Molweni) are reported, never fitted or chosen on; so is PrefEval
+(``NOT_FOREIGN_SAFE``), whose foreign namespaces hold memories as relevant as the home one.
 
 Run: python bench/relevance.py [--fit] [--out DIR]    (about 10 minutes from cached stores)
 """
@@ -64,6 +65,12 @@ from store.settings import RetrievalSettings
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))
 MAX_HOME_LOSS = 1.0  # points of home R@10 a threshold may cost (issue 26)
 FOREIGN_TARGET = 80.0  # percent of foreign questions that should return nothing
+# Data whose foreign namespace is no "nothing relevant": PrefEval's users each hold about five
+# preferences of every topic, so a request abroad meets another user's diet or hotel wishes,
+# as relevant to it as the one it was written for (home and foreign best hits alike: cosine
+# 0.41 / 0.40, coverage 0.12 / 0.11 at the median). Reported, but neither fitted on nor
+# weighed when the threshold is chosen; what the threshold costs it at home is in its rows.
+NOT_FOREIGN_SAFE = ("prefeval",)
 
 
 @dataclass(frozen=True)
@@ -241,7 +248,8 @@ def main() -> None:
     started = time.perf_counter()
     asked = load(RetrievalSettings())
     tuned = [n for n in asked if not (n in FAMILIES and FAMILIES[n].held_out)]
-    tune_parts = [[a for a in asked[n] if a.half == TUNE] for n in tuned]
+    chosen_on = [n for n in tuned if n not in NOT_FOREIGN_SAFE]
+    tune_parts = [[a for a in asked[n] if a.half == TUNE] for n in chosen_on]
     if args.fit:
         a, b, bias = fit([x for part in tune_parts for x in part])
         print(f"RELEVANCE_SIMILARITY = {a:.1f}")
@@ -260,6 +268,7 @@ def main() -> None:
             "bias": scoring.RELEVANCE_BIAS,
         },
         "held_out": [n for n in asked if n not in tuned],
+        "not_foreign_safe": [n for n in tuned if n in NOT_FOREIGN_SAFE],
         "threshold": threshold,
         "data": {
             name: {
@@ -288,6 +297,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"- model: relevance = 1 / (1 + exp(-({model['similarity']} x cosine + "
         f"{model['coverage']} x coverage {model['bias']:+})))",
         f"- held out (never fitted or chosen on): {', '.join(report['held_out']) or 'none'}",
+        f"- not fitted or chosen on, their foreign namespaces holding as relevant memories "
+        f"(NOT_FOREIGN_SAFE): {', '.join(report.get('not_foreign_safe', [])) or 'none'}",
         f"- threshold for agents (min_score), chosen on the tune halves: **{t}**",
         "",
         "Each question is asked in its own namespace (home) and in the next namespace of the "
