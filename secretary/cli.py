@@ -260,7 +260,7 @@ def ingest(
     "--min-score",
     type=float,
     help="Answer nothing unless a hit is at least this relevant (0-1, the same scale in any "
-    'query and store; agents use 0.4 to hear "nothing relevant"). Default 0: k hits.',
+    'query and store; agents use 0.35 to hear "nothing relevant"). Default 0: k hits.',
 )
 @click.option(
     "--reinforce/--no-reinforce",

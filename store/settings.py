@@ -155,7 +155,7 @@ class IngestSettings(Section):
 # relevance (store.search.scoring.relevance) is below it answers nothing ("nothing relevant").
 # Chosen by bench/relevance.py on tune halves: the highest threshold costing at most 1 point of
 # recall@10 at home (docs/retrieval.md#relevance). The plain API keeps min_score 0 unless asked.
-AGENT_MIN_SCORE = 0.4
+AGENT_MIN_SCORE = 0.35
 
 
 class RetrievalSettings(Section):

@@ -56,7 +56,7 @@ class Filters(TypedDict, total=False):
 # The min_score an agent's recall asks for unless told otherwise: a search whose best hit is
 # less relevant answers nothing. store.settings.AGENT_MIN_SCORE, chosen by bench/relevance.py
 # (docs/retrieval.md#relevance); a test keeps the two equal (the client imports no store code).
-AGENT_MIN_SCORE = 0.4
+AGENT_MIN_SCORE = 0.35
 
 
 class SearchOptions(Filters, total=False):

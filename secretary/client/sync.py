@@ -195,7 +195,7 @@ class SecretaryClient:
         """Search as an agent reads it: each hit's id, text, type, event time and one score
         (its relevance, rounded to 2 decimals); ``detail`` adds each hit's breakdown.
         Unless ``min_score`` says otherwise, a search whose best hit is less relevant than
-        ``AGENT_MIN_SCORE`` (0.4) finds nothing: "nothing relevant" comes back empty.
+        ``AGENT_MIN_SCORE`` (0.35) finds nothing: "nothing relevant" comes back empty.
         ``Recall.lines()`` is the answer in one line a hit, for a prompt."""
         return self.send(self.calls.recall(query, detail=detail, **options))
 

@@ -148,8 +148,10 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
                 ge=0,
                 le=1,
                 description="Answer nothing unless a hit is at least this relevant (0-1). "
-                "Default 0.4: a question about something never stored comes back empty; "
-                "0 always returns k hits.",
+                "Default 0.35: a question about something never stored comes back empty. "
+                "Pass 0 (k hits, each with its relevance) when the query is the user's "
+                "request rather than a question: a request shares few words with the "
+                "preference it implies and often scores below 0.35.",
             ),
         ] = None,
         detail: Annotated[
@@ -165,8 +167,9 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         (the user's life, preferences, plans, past conversations), and whenever the user asks
         what you remember. Searches long-term memory, best first: each hit is one line
         `#id type date score text` (the score is its relevance, 0-1, meaning the same in any
-        search); no hits means nothing stored is relevant. detail=true gives each hit's full
-        score breakdown instead."""
+        search); no hits means nothing stored is relevant to the question. To apply what you
+        know of the user to a request, ask about them ("what does the user eat or avoid?") or
+        pass min_score 0. detail=true gives each hit's full score breakdown instead."""
         options: SearchOptions = {"k": k}
         _choose(options, types, tags, since, until)
         if min_score is not None:

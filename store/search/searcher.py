@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
+from itertools import islice
 
 from loguru import logger
 
@@ -346,8 +347,8 @@ def supports(
         return [1.0 for _ in readings]
     found = []
     for lexical in readings:
-        best = list(lexical)[:SUPPORT_MATCHES]
-        held = view.holding(best, idf, context=settings.lexical_context > 0)
+        best = list(islice(lexical, SUPPORT_MATCHES))  # best first
+        held = view.holding(best, idf.keys(), context=settings.lexical_context > 0)
         covered = max((coverage(terms, held.get(mid, ()), idf) for mid in best), default=0.0)
         found.append(lexical_support(covered, settings.lexical_support))
     return found
