@@ -12,6 +12,7 @@ from typing import Any
 import corpus
 from benchkit import ROOT, say
 
+from latency_bench.common import WARMUP
 from latency_bench.inprocess import measure_in_process
 from latency_bench.prepare import Prepared, prepare
 from latency_bench.restart import measure_restart
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None, *, description: str | None = None) -
     """Run the benchmark; ``description`` is the --help text (the entry script's docstring)."""
     args = parse_args(argv, description)
     configure_logging("WARNING")
-    queries = corpus.queries(args.queries)
+    queries = corpus.queries(args.queries + WARMUP)  # the warm-up's first, never measured
     for size in args.sizes:
         prep = Prepared(size, args.seed)
         prep.load(fresh=args.fresh)

@@ -19,6 +19,9 @@ from store.requests import SearchRequest
 NAMESPACE = "bench"
 NOW = corpus.START + timedelta(days=corpus.SPAN_DAYS + 1)  # the clock of every write and search
 BATCH = 1000  # memories per add_memories call (the default ingest.max_batch)
+# Warm-up searches use questions of their own: the store remembers the embeddings of its recent
+# texts (store.vector.recent), so a measured question that was also a warm-up one would skip its
+# query embedding.
 WARMUP = 20
 BREAKDOWN_QUERIES = 50
 BARE_N_RESULTS = 10

@@ -88,7 +88,8 @@ def merge_results(
 def notes(args: argparse.Namespace) -> list[str]:
     return [
         f"Queries: {args.queries} generated questions (bench/corpus.py), after {WARMUP} warm-up"
-        " searches; k=10, reinforce=false; percentiles over single sequential searches.",
+        " searches with other questions (a repeated question would reuse its embedding);"
+        " k=10, reinforce=false; percentiles over single sequential searches.",
         f"Bare Chroma: the same ONNX embedder + collection.query(n_results={BARE_N_RESULTS}),"
         " default include, on the same collection (one vector per memory), interleaved"
         " with our searches in the same process. Our search asks Chroma for"
