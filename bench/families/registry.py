@@ -68,6 +68,17 @@ FAMILIES: dict[str, Family] = {
             chat=False,
         ),
         Family(
+            name="prefeval-chat",
+            title="PrefEval asked in chats: each request after 2-4 turns of another chat",
+            shape="PrefEval's users and memories; each request the latest line of 2-4 user "
+            "turns from the start of another of the user's chats (PrefEval's persona-driven "
+            "conversation of the next topic), in which they talk of their life and let another "
+            "stored preference show",
+            held_out=False,
+            split_by="namespace",
+            chat=True,
+        ),
+        Family(
             name="madial",
             title="MADial-Bench: the conversation so far recalls a past personal event",
             shape="one namespace per user, each memory a dated personal event with its "

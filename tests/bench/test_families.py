@@ -163,3 +163,41 @@ def test_prefeval_deals_each_topic_over_the_users_and_keeps_a_repeated_text_once
     times = [m["timestamp"] for m in first.memories]
     assert len(set(times)) == len(times)
     assert first.now > max(times)
+
+
+def test_prefeval_chat_asks_each_request_after_turns_of_the_next_topics_chat() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from families.prefeval.convert import NAMESPACES, TOPICS, convert_topics
+
+    path = Path(__file__).resolve().parents[2] / "bench/families/prefeval-chat/convert.py"
+    spec = importlib.util.spec_from_file_location("prefeval_chat_convert", path)
+    assert spec is not None
+    assert spec.loader is not None
+    chat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chat)
+
+    topics = {
+        t: [{"preference": f"I like {t} {i}.", "question": f"Any {t} idea {i}?"} for i in range(3)]
+        for t in TOPICS
+    }
+    personas = {
+        t: [
+            {"conversation": {str(k): {"user": f"{t} turn {k} of {i}"} for k in range(5)}}
+            for i in range(3 if t != TOPICS[1] else 1)  # the second topic has one chat only
+        ]
+        for t in TOPICS
+    }
+    users = chat.chatted(convert_topics(topics), personas)
+    asked = {q.qid: q for u in users for q in u.questions}
+    lines = asked[f"prefeval-{TOPICS[0]}-0"].text.splitlines()
+    assert 3 <= len(lines) <= 5
+    assert lines[0] == f"user: {TOPICS[1]} turn 0 of 0"
+    assert lines[-1] == f"user: Any {TOPICS[0]} idea 0?"
+    assert asked[f"prefeval-{TOPICS[0]}-0"].evidence == (f"{TOPICS[0]}:0",)
+    # The last topic's requests are asked after the first topic's chats.
+    assert asked[f"prefeval-{TOPICS[-1]}-2"].text.startswith(f"user: {TOPICS[0]} turn 0 of 2")
+    # No chat of the second topic at index 1: the first topic's request there is left out.
+    assert f"prefeval-{TOPICS[0]}-1" not in asked
+    assert len(users) == NAMESPACES
