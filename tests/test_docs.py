@@ -95,3 +95,17 @@ def test_demo_prints_results_on_stdout_and_logs_on_stderr(tmp_path: Path) -> Non
     assert ingested.stdout.startswith("26 lines: 26 new")
     assert not [line for line in ingested.stdout.splitlines() if LOG_LINE.match(line)]
     assert any(LOG_LINE.match(line) for line in ingested.stderr.splitlines())
+
+
+def test_the_agents_threshold_is_the_one_the_docs_and_the_cli_name() -> None:
+    from store.settings import AGENT_MIN_SCORE
+
+    said = f"{AGENT_MIN_SCORE}"
+    example = (REPO / "docs" / "secretary.example.toml").read_text()
+    assert f"Agents (MCP, the client's recall) ask for {said}." in example
+    assert f"(`min_score` {said}, the agents' threshold)" in (REPO / "docs" / "mcp.md").read_text()
+    cli = (REPO / "secretary" / "cli.py").read_text()
+    assert f"agents use {said} to hear" in cli
+    for client in ("sync.py", "aio.py"):
+        text = (REPO / "secretary" / "client" / client).read_text()
+        assert f"``AGENT_MIN_SCORE`` ({said})" in text

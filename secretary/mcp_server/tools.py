@@ -24,6 +24,7 @@ from pydantic import Field
 
 from secretary.client.aio import AsyncSecretaryClient
 from secretary.client.calls import (
+    AGENT_MIN_SCORE,
     Filters,
     ForgetFilter,
     ListOptions,
@@ -148,10 +149,10 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
                 ge=0,
                 le=1,
                 description="Answer nothing unless a hit is at least this relevant (0-1). "
-                "Default 0.35: a question about something never stored comes back empty. "
-                "Pass 0 (k hits, each with its relevance) when the query is the user's "
-                "request rather than a question: a request shares few words with the "
-                "preference it implies and often scores below 0.35.",
+                f"Default {AGENT_MIN_SCORE}: a question about something never stored comes "
+                "back empty. Pass 0 (k hits, each with its relevance) when the query is the "
+                "user's request rather than a question: a request shares few words with the "
+                f"preference it implies and often scores below {AGENT_MIN_SCORE}.",
             ),
         ] = None,
         detail: Annotated[
@@ -168,8 +169,8 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         what you remember. Searches long-term memory, best first: each hit is one line
         `#id type date score text` (the score is its relevance, 0-1, meaning the same in any
         search); no hits means nothing stored is relevant to the question. To apply what you
-        know of the user to a request, ask about them ("what does the user eat or avoid?") or
-        pass min_score 0. detail=true gives each hit's full score breakdown instead."""
+        know of the user to a request ("recommend a restaurant"), search with min_score 0 and
+        weigh the scores. detail=true gives each hit's full score breakdown instead."""
         options: SearchOptions = {"k": k}
         _choose(options, types, tags, since, until)
         if min_score is not None:

@@ -191,15 +191,17 @@ class Searcher:
             )
             rows.read(lexical)
             seen.append(Seen(lexical=lexical, sessions=sessions, hits=(), weight=reading.weight))
+        # While the vector queries are still out: how far each reading's BM25 evidence counts.
+        terms = query_terms(shape)
+        idf = view.idf(frozenset().union(*terms))
+        found = supports(view, [s.lexical for s in seen], terms, idf, config)
+        seen = [replace(s, support=f) for s, f in zip(seen, found, strict=True)]
         degraded: tuple[str, ...] = ()
         for index, answer in enumerate(answers):
             hits, failed = answer()
             seen[index] = replace(seen[index], hits=hits)
             degraded = degraded or failed
-        terms = query_terms(shape)
-        idf = view.idf(frozenset().union(*terms))
-        found = supports(view, [s.lexical for s in seen], terms, idf, config)
-        main, *also = [replace(s, support=f) for s, f in zip(seen, found, strict=True)]
+        main, *also = seen
         evidence = Evidence(
             lexical=main.lexical,
             sessions=main.sessions,

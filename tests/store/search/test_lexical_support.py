@@ -20,7 +20,7 @@ from store.lexical.index import LexDoc, LexicalIndex, tokenize
 from store.lexical.view import LexicalView
 from store.requests import SearchRequest
 from store.search.scoring import lexical_parts, lexical_support
-from store.search.searcher import Searcher
+from store.search.searcher import Searcher, supports
 from store.service import Store
 from store.settings import RetrievalSettings
 from store.vector.embedder import OnnxMiniLMEmbedder
@@ -83,6 +83,10 @@ def test_holding_reads_a_memorys_terms_and_with_context_the_memory_before_it() -
         12: frozenset({cello}),
     }
     assert view.holding([99], terms) == {}
+    # A tail memory whose session goes on from the base: its context is the base row before it.
+    chained = LexicalView(base, LexicalIndex.build([_doc(14, "ok then", "s1", 5)]))
+    assert chained.holding([14], terms) == {14: frozenset()}
+    assert chained.holding([14], terms, context=True) == {14: frozenset({amazing})}
     # A memory changed since the base was built: its base row is dead, its tail row holds it.
     changed = LexicalView(
         base, LexicalIndex.build([_doc(12, "tomatoes again", None, 4)]), dead=np.array([2])
@@ -134,3 +138,24 @@ def test_a_question_sharing_its_words_with_a_memory_keeps_its_lexical_part(
     hit = store.searcher.search(request, now=NOW).hits[0]
     assert hit.memory.content == PREFERENCES[3]
     assert hit.breakdown.lexical == pytest.approx(1.0)
+
+
+def test_supports_judges_each_reading_by_its_own_best_matches() -> None:
+    view = LexicalView(
+        LexicalIndex.build(
+            [
+                _doc(1, "the cello teacher moved to Porto", None, 0),
+                _doc(2, "tomatoes on the balcony", None, 1),
+                _doc(3, "a rainy day", None, 2),
+            ]
+        )
+    )
+    terms = (frozenset(tokenize(["cello teacher porto tomatoes rainy weather forecast"])[0]),)
+    idf = view.idf(terms[0])
+    readings = [{1: 1.0, 3: 0.2}, {3: 1.0}]  # a chat's focus and its excerpt, say
+    focus, excerpt = supports(view, readings, terms, idf, RetrievalSettings())
+    assert focus == 1.0  # memory 1 holds 3 of the 7 terms
+    assert 0 < excerpt < 1  # memory 3 holds one
+    assert supports(view, readings, terms, idf, RetrievalSettings(lexical_support=0)) == [1.0, 1.0]
+    # No lexical evidence: nothing to scale.
+    assert supports(view, [{}], terms, idf, RetrievalSettings()) == [0.0]
