@@ -65,12 +65,13 @@ from store.settings import RetrievalSettings
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))
 MAX_HOME_LOSS = 1.0  # points of home R@10 a threshold may cost (issue 26)
 FOREIGN_TARGET = 80.0  # percent of foreign questions that should return nothing
-# Data whose foreign namespace is no "nothing relevant": PrefEval's users each hold about five
-# preferences of every topic, so a request abroad meets another user's diet or hotel wishes,
+# Data whose foreign namespace is no "nothing relevant": PrefEval's users (asked alone or in
+# chats) each hold about five preferences of every topic, so a request abroad meets another
+# user's diet or hotel wishes,
 # as relevant to it as the one it was written for (home and foreign best hits alike: cosine
 # 0.41 / 0.40, coverage 0.12 / 0.11 at the median). Reported, but neither fitted on nor
 # weighed when the threshold is chosen; what the threshold costs it at home is in its rows.
-NOT_FOREIGN_SAFE = ("prefeval",)
+NOT_FOREIGN_SAFE = ("prefeval", "prefeval-chat")
 
 
 @dataclass(frozen=True)
