@@ -13,7 +13,6 @@ Run: .venv/bin/python bench/families/prefeval-chat/convert.py --source PATH [--o
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from dataclasses import replace
@@ -24,7 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/, run from
 
 from families.converting import run_converter
 from families.items import Meta, NamespaceItems
-from families.prefeval.convert import FOLDER, LICENCE, SOURCE_URL, TOPICS, convert_topics
+from families.prefeval.convert import (
+    FOLDER,
+    LICENCE,
+    SOURCE_URL,
+    TOPICS,
+    convert_topics,
+    read_topics,
+)
 from families.source import SourceRepo
 
 FAMILY = "prefeval-chat"
@@ -59,12 +65,8 @@ def chatted(
 
 
 def convert(source: SourceRepo) -> tuple[Meta, list[NamespaceItems]]:
-    files = tuple(f"{FOLDER}/{topic}.json" for topic in TOPICS)
-    persona_files = tuple(f"{PERSONAS}/{topic}.json" for topic in TOPICS)
-    topics = {t: json.loads(source.read_text(f)) for t, f in zip(TOPICS, files, strict=True)}
-    personas = {
-        t: json.loads(source.read_text(f)) for t, f in zip(TOPICS, persona_files, strict=True)
-    }
+    files, topics = read_topics(source, FOLDER)
+    persona_files, personas = read_topics(source, PERSONAS)
     meta = Meta(
         family=FAMILY,
         source_url=SOURCE_URL,

@@ -107,11 +107,14 @@ def _namespace(n: int, texts: dict[str, str], questions: list[ItemQuestion]) -> 
     )
 
 
+def read_topics(source: SourceRepo, folder: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """Return the files ``folder/<topic>.json`` of every topic and topic -> its parsed file."""
+    files = tuple(f"{folder}/{topic}.json" for topic in TOPICS)
+    return files, {t: json.loads(source.read_text(f)) for t, f in zip(TOPICS, files, strict=True)}
+
+
 def convert(source: SourceRepo) -> tuple[Meta, list[NamespaceItems]]:
-    files = tuple(f"{FOLDER}/{topic}.json" for topic in TOPICS)
-    topics = {
-        topic: json.loads(source.read_text(f)) for topic, f in zip(TOPICS, files, strict=True)
-    }
+    files, topics = read_topics(source, FOLDER)
     meta = Meta(
         family=FAMILY,
         source_url=SOURCE_URL,
