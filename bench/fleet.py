@@ -34,7 +34,7 @@ stores, kept) and fleet_run_* (one per night, dropped after it unless --keep).
     python bench/fleet.py --quick                       # 20 namespaces, 0.2 s model: ~2 minutes
     python bench/fleet.py                               # what results/fleet.md shows (~2 hours)
     python bench/fleet.py --only n1000-d1-l1,n1000-d2-l1   # some configurations; results merge
-    python bench/fleet.py --only n10000-d3-l1           # 10,000 namespaces (prepares ~1 hour)
+    python bench/fleet.py --only n10000-d1-l1           # 10,000 namespaces (prepares ~1 hour)
     python bench/fleet.py --prepare-only                # build the stores, run no night
 
 Preparing the 1,000-namespace store takes about 15 minutes (300,000 memories through the API at
