@@ -390,7 +390,13 @@ def index_sync(ctx: Context) -> None:
     with _store(ctx) as store:
         _rebuild(store, list(store.indexer.pending_rebuilds()))
         _sync(store, strict=True)
-        click.echo(f"outbox empty: {store.db.work.outbox_size() == 0}")
+        left = store.db.work.outbox_size()
+        click.echo(
+            "the vector index is up to date: nothing waits in the outbox"
+            if left == 0
+            else f"{left} change(s) still wait in the outbox (written while this ran): "
+            "run it again, or let the daemon apply them"
+        )
 
 
 def _rebuild(store: Any, names: list[str]) -> None:

@@ -23,7 +23,7 @@ from secretary.client.calls import (
     answer,
     auth_headers,
 )
-from secretary.client.errors import ConnectionFailed
+from secretary.client.errors import ConnectionFailed, Invalid
 from secretary.client.models import (
     AddResult,
     Deleted,
@@ -94,6 +94,8 @@ class AsyncSecretaryClient:
             response = await self._http.request(
                 call.method, call.path, params=call.params, content=call.body, headers=headers
             )
+        except httpx.InvalidURL as exc:  # e.g. a query too long for any URL: never sent
+            raise Invalid(None, f"request not sent: {exc}") from exc
         except httpx.TransportError as exc:
             raise ConnectionFailed(self.base_url, str(exc) or type(exc).__name__) from exc
         return answer(call, response.status_code, response.content)

@@ -320,6 +320,22 @@ def test_client_unreachable_server_raises_connection_failed() -> None:
     assert "cannot reach" in str(failed.value)
 
 
+def test_client_query_too_long_for_a_url_is_invalid_not_sent() -> None:
+    # httpx refuses a URL query over 64 KiB before sending: a SecretaryError like any refusal
+    # (the API itself answers 422 above 4,000 characters), for both clients.
+    nobody = f"http://127.0.0.1:{free_port()}"
+    with SecretaryClient(nobody) as sync, pytest.raises(Invalid) as refused:
+        sync.search("x" * 70_000)
+    assert "not sent" in str(refused.value)
+
+    async def search() -> None:
+        async with AsyncSecretaryClient(nobody) as client:
+            await client.search("x" * 70_000)
+
+    with pytest.raises(Invalid):
+        asyncio.run(search())
+
+
 @pytest.mark.parametrize(
     ("status", "kind"),
     [(400, Invalid), (404, NotFound), (413, TooLarge), (503, Unavailable), (500, ServerError)],

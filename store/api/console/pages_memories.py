@@ -180,7 +180,9 @@ def _changes(memory: MemoryView, form: dict[str, str]) -> dict[str, Any]:
         changes["content"] = form["content"]
     if form.get("type") and form["type"] != memory.type:
         changes["type"] = form["type"]
-    if "tags" in form:
+    # The form shows the tags joined by ", ": left as shown, they are unchanged (a tag holding
+    # a comma would otherwise come back split in two).
+    if "tags" in form and form["tags"].strip() != ", ".join(memory.tags):
         tags = [t.strip() for t in form["tags"].split(",") if t.strip()]
         if tuple(tags) != memory.tags:
             changes["tags"] = tags

@@ -3,6 +3,7 @@ pages and forms), and that its actions write what the API's do (TestClient)."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -315,6 +316,23 @@ def test_console_edit_writes_an_undoable_edit_record(open_: Store) -> None:
     (record,) = open_.db.records.find(job="edit")
     assert record.stats["by"] == "console:open"
     assert f"record #{record.id}" in page
+
+
+def test_console_edit_keeps_a_tag_holding_a_comma(open_: Store) -> None:
+    tea = memory_id(open_, "a", "a: I like tea")
+    open_.edit("a", tea, {"tags": ["a,b", "c"]}, now=NOW)
+    with client(open_) as web:
+        page = web.get(f"/ui/memories/a/{tea}").text
+        token = csrf(page)
+        shown = re.search(r'name="tags" value="([^"]*)"', page)
+        assert shown is not None
+        web.post(
+            f"/ui/memories/a/{tea}/edit",
+            data={"csrf": token, "tags": html.unescape(shown.group(1)), "importance": "7"},
+        )
+    memory = open_.db.memories.get("a", tea)
+    assert memory is not None
+    assert (memory.tags, memory.importance) == (("a,b", "c"), 7)
 
 
 def test_console_edit_of_a_stale_version_is_refused(open_: Store) -> None:
