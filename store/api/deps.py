@@ -54,6 +54,7 @@ NamespaceParam = Annotated[
     ),
 ]
 MemoryId = Annotated[int, Path(ge=1, le=MAX_ID)]
+RecordId = Annotated[int, Path(ge=1, le=MAX_ID)]
 # An event time as ISO-8601 text, parsed by store.requests: a datetime parameter would also take
 # "0" or "1700000000" as seconds since 1970, which the document does not allow.
 IsoTime = Annotated[

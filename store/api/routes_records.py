@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict
 
 from store.api.auth import authenticate, presented_key
-from store.api.deps import MAX_ID, api_state
+from store.api.deps import RecordId, api_state
 from store.api.responses import ERRORS, RecordOut
 from store.errors import NotFound
 from store.kinds import RecordStatus
@@ -49,7 +49,6 @@ def records_access(request: Request) -> RecordsAccess:
 
 
 Access = Annotated[RecordsAccess, Depends(records_access)]
-RecordId = Annotated[int, Path(ge=1, le=MAX_ID)]
 Text = Annotated[str | None, Query(min_length=1, max_length=128)]
 
 

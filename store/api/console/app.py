@@ -145,6 +145,15 @@ def _install_errors(app: FastAPI) -> None:
         what = "no such page (a malformed address)"
         return page(request, "error.html", {"title": "Not found", "what": what}, status_code=404)
 
+    @app.exception_handler(Exception)
+    async def failed(request: Request, _: Exception) -> Response:
+        # Starlette logs the traceback after this page is sent; the page keeps the look.
+        what = (
+            "the console failed on this page (the server log says why); a change commits "
+            "whole or not at all: reload the page to see which"
+        )
+        return page(request, "error.html", {"title": "Error", "what": what}, status_code=500)
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: Exception) -> Response:
         code = exc.status_code if isinstance(exc, StarletteHTTPException) else 500

@@ -26,6 +26,7 @@ from store.api.console.web import (
     see_other_saying,
     viewer,
 )
+from store.api.deps import MemoryId
 from store.errors import NotFound, ValidationFailed
 from store.listing import list_memories, list_request
 from store.requests import search_request
@@ -139,7 +140,7 @@ def _versions(request: Request, memory: MemoryView) -> list[dict[str, Any]]:
 
 
 @router.get("/ui/memories/{namespace}/{memory_id}")
-def memory_page(request: Request, namespace: str, memory_id: int) -> Response:
+def memory_page(request: Request, namespace: str, memory_id: MemoryId) -> Response:
     memory = _memory(request, namespace, memory_id)
     return _memory_page(request, memory, message=said(request))
 
@@ -220,7 +221,7 @@ def _version(form: dict[str, str]) -> int | None:
 
 
 @router.post("/ui/memories/{namespace}/{memory_id}/edit")
-async def edit(request: Request, namespace: str, memory_id: int) -> Response:
+async def edit(request: Request, namespace: str, memory_id: MemoryId) -> Response:
     form = await checked_form(request)
     memory = _memory(request, namespace, memory_id)
     here = console(request)
@@ -243,7 +244,7 @@ async def edit(request: Request, namespace: str, memory_id: int) -> Response:
 
 
 @router.post("/ui/memories/{namespace}/{memory_id}/delete")
-async def delete(request: Request, namespace: str, memory_id: int) -> Response:
+async def delete(request: Request, namespace: str, memory_id: MemoryId) -> Response:
     form = await checked_form(request)
     memory = _memory(request, namespace, memory_id)
     here = console(request)
@@ -266,7 +267,7 @@ def _selection(memory_id: int, form: dict[str, str] | None = None) -> ForgetSele
 
 
 @router.get("/ui/memories/{namespace}/{memory_id}/forget")
-def forget_preview(request: Request, namespace: str, memory_id: int) -> Response:
+def forget_preview(request: Request, namespace: str, memory_id: MemoryId) -> Response:
     memory = _memory(request, namespace, memory_id)
     here = console(request)
     plan = here.store.forget(
@@ -277,7 +278,7 @@ def forget_preview(request: Request, namespace: str, memory_id: int) -> Response
 
 
 @router.post("/ui/memories/{namespace}/{memory_id}/forget")
-async def forget(request: Request, namespace: str, memory_id: int) -> Response:
+async def forget(request: Request, namespace: str, memory_id: MemoryId) -> Response:
     form = await checked_form(request)
     _memory(request, namespace, memory_id)
     if form.get("confirm") != "irreversible":

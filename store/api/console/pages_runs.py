@@ -25,6 +25,7 @@ from store.api.console.web import (
     see_other_saying,
     viewer,
 )
+from store.api.deps import RecordId
 from store.changes import plural
 from store.clock import parse_timestamp
 from store.errors import NotFound, SecretaryError
@@ -129,7 +130,7 @@ def _record(request: Request, record_id: int) -> tuple[RecordView, list[Operatio
 
 
 @router.get("/ui/runs/{record_id}")
-def run_page(request: Request, record_id: int, undone_by: int | None = None) -> Response:
+def run_page(request: Request, record_id: RecordId, undone_by: int | None = None) -> Response:
     record, operations = _record(request, record_id)
     memories = console(request).store.db.memories
     diff = record_diff(record, operations, lambda ids: memories.texts(record.namespace, ids))
@@ -164,7 +165,7 @@ def _undo_page(
 
 
 @router.get("/ui/runs/{record_id}/undo")
-def undo_preview(request: Request, record_id: int, cascade: bool = False) -> Response:
+def undo_preview(request: Request, record_id: RecordId, cascade: bool = False) -> Response:
     """The dry run; with ``cascade``, of the undo with the later runs that depend on it."""
     record, _ = _record(request, record_id)
     here, title = console(request), f"Undo run #{record_id}?"
@@ -183,7 +184,7 @@ def undo_preview(request: Request, record_id: int, cascade: bool = False) -> Res
 
 
 @router.post("/ui/runs/{record_id}/undo")
-async def undo_run(request: Request, record_id: int) -> Response:
+async def undo_run(request: Request, record_id: RecordId) -> Response:
     form = await checked_form(request)
     record, _ = _record(request, record_id)
     here = console(request)
@@ -240,7 +241,7 @@ def plans(request: Request) -> Response:
 
 
 @router.post("/ui/plans/{record_id}/{decision}")
-async def decide(request: Request, record_id: int, decision: str) -> Response:
+async def decide(request: Request, record_id: RecordId, decision: str) -> Response:
     await checked_form(request)
     _record(request, record_id)  # 404 for another namespace's record, as for a missing one
     here = console(request)

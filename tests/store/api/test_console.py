@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from secretary.config import Settings
 from store.api.app import create_app
+from store.api.console import pages_runs
 from store.api.console.pages_runs import since_time
 from store.api.console.session import COOKIE, MAX_AGE
 from store.kinds import MemoryStatus
@@ -518,6 +519,45 @@ def test_console_malformed_address_is_a_404_page(open_: Store) -> None:
         response = web.get("/ui/runs/not-a-number")
     assert response.status_code == 404
     assert "text/html" in response.headers["content-type"]
+
+
+HUGE = "99999999999999999999999"  # beyond a 64-bit id: the database driver would overflow
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", f"/ui/runs/{HUGE}"),
+        ("GET", f"/ui/runs/{HUGE}/undo"),
+        ("POST", f"/ui/runs/{HUGE}/undo"),
+        ("POST", f"/ui/plans/{HUGE}/approve"),
+        ("GET", f"/ui/memories/a/{HUGE}"),
+        ("POST", f"/ui/memories/a/{HUGE}/edit"),
+        ("POST", f"/ui/memories/a/{HUGE}/delete"),
+        ("GET", f"/ui/memories/a/{HUGE}/forget"),
+        ("POST", f"/ui/memories/a/{HUGE}/forget"),
+    ],
+)
+def test_console_id_beyond_any_row_is_a_404_page(open_: Store, method: str, path: str) -> None:
+    with client(open_) as web:
+        token = csrf(web.get("/ui/login").text)
+        response = web.request(method, path, data={"csrf": token} if method == "POST" else None)
+    assert response.status_code == 404, response.text
+    assert "text/html" in response.headers["content-type"]
+
+
+def test_console_failure_is_an_error_page(open_: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(pages_runs, "record_diff", broken)
+    (run,) = open_.db.records.find(namespaces=["a"])
+    app = create_app(open_, clock=lambda: NOW, start_workers=False)
+    with TestClient(app, raise_server_exceptions=False) as web:
+        response = web.get(f"/ui/runs/{run.id}")
+    assert response.status_code == 500
+    assert "text/html" in response.headers["content-type"]
+    assert "server log" in response.text
 
 
 def test_console_run_page_tells_updates_relations_and_traits(open_: Store) -> None:
