@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine, Text, bindparam, case, cast, or_, sel
 
 from store.db import chunks
 from store.kinds import MemoryStatus
-from store.models import Memory, MemoryRelation, NamespaceState
+from store.models import IndexOutbox, Memory, MemoryRelation, NamespaceState
 from store.views import Edge
 
 _MEMORIES = Memory.__table__.c
@@ -143,6 +143,7 @@ _VERSIONS = select(
 ).where(_MEMORIES.namespace == bindparam("namespace"))
 
 _STATE = NamespaceState.__table__.c
+_OUTBOX = IndexOutbox.__table__.c
 _REVISION = select(_STATE.revision).where(_STATE.namespace == bindparam("namespace"))
 _REVISIONS = select(_STATE.revision, _STATE.rewritten).where(
     _STATE.namespace == bindparam("namespace")
@@ -177,6 +178,19 @@ class SearchReads:
         for mid, sessions in replaced.items():
             out[mid].replaced = frozenset(sessions)
         return out
+
+    def pending_vectors(self, namespace: str, limit: int) -> list[int] | None:
+        """Return the memories of ``namespace`` whose vectors the index has yet to write (the
+        outbox's upserts), oldest first; None when more than ``limit`` entries wait."""
+        query = (
+            select(_OUTBOX.memory_id)
+            .where(_OUTBOX.namespace == namespace, _OUTBOX.action == "upsert")
+            .order_by(_OUTBOX.id)
+            .limit(limit + 1)
+        )
+        with self.engine.connect() as connection:
+            found = list(connection.execute(query).scalars())
+        return None if len(found) > limit else list(dict.fromkeys(found))
 
     def filtered_rows(
         self,

@@ -23,6 +23,7 @@ from store.lexical.view import LexicalView
 from store.reads.memories import MemoryReads
 from store.reads.search import ReadAhead, SearchReads
 from store.requests import SearchFilters, SearchRequest
+from store.search.pending import PendingVectors, cosines, merged
 from store.search.query_shape import (
     QueryShape,
     Reading,
@@ -112,6 +113,7 @@ class Searcher:
         # What is known about a namespace's vector side (a rebuild pending, a backlog): cached
         # by the caller (store.vector.health), so no SQL per search.
         self._notes = notes or _no_notes
+        self._pending = PendingVectors(reads, memories)
         self._vector_failure: tuple[float, str] | None = None  # (retry after, reason)
         # The vector query runs beside the lexical side of its search: Chroma, embedded or
         # over HTTP, answers without holding the GIL, so BM25 and the SQL read of the lexical
@@ -160,8 +162,11 @@ class Searcher:
         view = self.lexical_view(request.namespace)
         embedded: dict[str, Vector] = {}  # a chat's readings share texts: each embedded once
         shape = self._weighed(shape, embedded)
+        waiting = self._waiting(request.namespace, among)
         answers = [
-            self._vector_hits(request, reading, config.dense_candidates, among, broad, embedded)
+            self._vector_hits(
+                request, reading, config.dense_candidates, among, broad, embedded, waiting
+            )
             for reading in shape.readings
         ]
         seen: list[Seen] = []
@@ -243,6 +248,7 @@ class Searcher:
         among: frozenset[int] | None,
         broad: SearchFilters | None = None,
         embedded: dict[str, Vector] | None = None,
+        waiting: Future[dict[int, Vector]] | None = None,
     ) -> Callable[[], VectorAnswer]:
         """Embed the query and start the vector query beside the caller; return a function that
         waits for its answer: the nearest memories, or none and why. An index that just failed
@@ -250,7 +256,8 @@ class Searcher:
 
         ``broad`` filters are applied by the index, or after it by a wider pool (an older
         collection whose vectors do not carry what filters read). ``embedded`` keeps the
-        embeddings of the search's texts, so that readings sharing a text embed it once."""
+        embeddings of the search's texts, so that readings sharing a text embed it once;
+        ``waiting`` gives the vectors of memories the index has yet to write (`_waiting`)."""
         failure = self._vector_failure
         if failure is not None and self._monotonic() < failure[0]:
             skipped: VectorAnswer = ([], (f"vector index unavailable: {failure[1]}",))
@@ -264,7 +271,20 @@ class Searcher:
             failed = self._failed(exc)
             return lambda: failed
         pending = self._beside.submit(index.query, request.namespace, vector, n, among, broad)
-        return partial(self._answer, pending)
+        return partial(self._answer, pending, vector, n, waiting)
+
+    def _waiting(
+        self, namespace: str, among: frozenset[int] | None
+    ) -> Future[dict[int, Vector]] | None:
+        """Start embedding, beside the caller, the memories whose vectors the index has yet
+        to write (``store.search.pending``); None while the vector index is skipped."""
+        failure = self._vector_failure
+        if failure is not None and self._monotonic() < failure[0]:
+            return None
+        return self._beside.submit(self._pending.vectors, namespace, among, self._embed_documents)
+
+    def _embed_documents(self, texts: list[str]) -> Vector:
+        return self._index().embed_documents(texts)  # the index only if anything waits
 
     def _weighed(self, shape: QueryShape, embedded: dict[str, Vector]) -> QueryShape:
         """Return ``shape`` with its readings weighted by how far a closing question follows
@@ -278,13 +298,20 @@ class Searcher:
         except (VectorIndexError, EmbedderError):
             return shape
 
-    def _answer(self, pending: Future[list[VectorHit]]) -> VectorAnswer:
+    def _answer(
+        self,
+        pending: Future[list[VectorHit]],
+        vector: Vector,
+        n: int,
+        waiting: Future[dict[int, Vector]] | None,
+    ) -> VectorAnswer:
         try:
             hits = pending.result()
         except (VectorIndexError, EmbedderError) as exc:
             return self._failed(exc)
         self._vector_failure = None
-        return hits, ()
+        fresh = _fresh(waiting)
+        return merged(hits, cosines(vector, fresh), n), ()
 
     def _failed(self, exc: Exception) -> VectorAnswer:
         """Skip the vector index for a while; return the answer of a search that it failed."""
@@ -306,6 +333,18 @@ def _embedding(index: VectorIndex, embedded: dict[str, Vector]) -> Callable[[str
         return embedded[text]
 
     return embed
+
+
+def _fresh(waiting: Future[dict[int, Vector]] | None) -> dict[int, Vector]:
+    """The vectors of memories waiting for the index, or none if embedding them failed (the
+    search goes on as if none waited)."""
+    if waiting is None:
+        return {}
+    try:
+        return waiting.result()
+    except Exception as exc:  # noqa: BLE001 - an extra of the search, never its failure
+        logger.warning("could not embed the memories waiting for the vector index: {}", exc)
+        return {}
 
 
 def _no_notes(_namespace: str) -> tuple[str, ...]:

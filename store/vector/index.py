@@ -370,6 +370,10 @@ class VectorIndex:
         self._next.pop(namespace, None)
         return in_place
 
+    def embed_documents(self, texts: list[str]) -> FloatArray:
+        """Return the (len(texts), dim) vectors ``upsert`` would write for these texts."""
+        return self._embed(texts)
+
     def embed_query(self, text: str) -> FloatArray:
         """Return the (dim,) query vector of ``text``."""
         vector: FloatArray = self._embed([text])[0]
