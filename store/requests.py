@@ -215,8 +215,11 @@ def _moment(
         return None
     try:
         return parse_timestamp(value) if isinstance(value, str) else ensure_utc(value)
-    except ValueError:
-        text = "out of range" if isinstance(value, datetime) else f"not an ISO-8601 time: {value!r}"
+    except ValueError as exc:
+        # A well-formed time may still fall outside what a UTC datetime holds (year 9999 at
+        # -14:00): say that, not that it is malformed.
+        out_of_range = isinstance(value, datetime) or "out of range" in str(exc)
+        text = "out of range" if out_of_range else f"not an ISO-8601 time: {value!r}"
         problems.append((name, text))
         return None
 

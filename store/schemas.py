@@ -197,6 +197,8 @@ Timestamp = Annotated[datetime, BeforeValidator(_timestamp_text)]
 Importance = Annotated[int, Field(ge=1, le=10), BeforeValidator(_json_integer)]
 Key = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NOT_BLANK)]
 Tag = Annotated[str, StringConstraints(min_length=1, pattern=NOT_BLANK)]
+# A type a filter names: one a memory could have (a filter for "Events" would match nothing).
+TypeName = Annotated[str, StringConstraints(pattern=TYPE_PATTERN)]
 
 
 class MemoryIn(_Text):

@@ -57,6 +57,9 @@ class Filters(TypedDict, total=False):
 # less relevant answers nothing. store.settings.AGENT_MIN_SCORE, chosen by bench/relevance.py
 # (docs/retrieval.md#relevance); a test keeps the two equal (the client imports no store code).
 AGENT_MIN_SCORE = 0.35
+# The longest query the API searches (store.api.routes_search.MAX_QUERY_CHARS; a test keeps the
+# two equal): the MCP tool's schema says so, so that a model learns it before it calls.
+MAX_QUERY_CHARS = 4000
 
 
 class SearchOptions(Filters, total=False):
@@ -224,8 +227,9 @@ class Calls:
         self.namespace = namespace
 
     def _scope(self, namespace: str | None, params: Iterable[tuple[str, str]] = ()) -> Params:
-        chosen = namespace or self.namespace
-        return ((("namespace", chosen),) if chosen else ()) + tuple(params)
+        # An empty namespace is sent (and refused), never taken for "the default one".
+        chosen = self.namespace if namespace is None else namespace
+        return ((("namespace", chosen),) if chosen is not None else ()) + tuple(params)
 
     # -- writing memories and logs ----------------------------------------------------------
 

@@ -29,7 +29,7 @@ from secretary import __version__
 from secretary.client.aio import AsyncSecretaryClient
 from secretary.config import Settings
 from secretary.dispatch import in_process_dreamer
-from secretary.mcp_server.tools import add_tools
+from secretary.mcp_server.tools import memory_tools
 from store.api.app import create_app
 from store.api.auth import Principal, authenticate, presented_key
 from store.api.errors import ApiError, error_response
@@ -83,11 +83,13 @@ def memory_server(
         key = presented_key(ctx.headers or {}) if per_request else api_key
         return AsyncSecretaryClient(API_BASE, api_key=key, namespace=namespace, http_client=http)
 
-    server: MCPServer = MCPServer(
-        "memory-secretary", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
+    return MCPServer(
+        "memory-secretary",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+        tools=memory_tools(connect),
     )
-    add_tools(server, connect)
-    return server
 
 
 async def run_stdio(store: Store, *, api_key: str | None, namespace: str | None) -> None:

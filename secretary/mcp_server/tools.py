@@ -7,8 +7,8 @@ Every description says first when the host's model should call the tool. Every a
 compact JSON (no indentation: it lands in the model's context); a search answers one line a
 hit (``#id type date score text``) unless asked for ``detail``.
 
-``add_tools(server, connect)`` registers them; ``connect(ctx)`` returns the client for the
-caller of this request (the front end decides whose key that is).
+``memory_tools(connect)`` makes them (for ``MCPServer(tools=...)``); ``connect(ctx)`` returns the
+client for the caller of this request (the front end decides whose key that is).
 """
 
 import functools
@@ -17,14 +17,17 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar, cast
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from secretary.client.aio import AsyncSecretaryClient
 from secretary.client.calls import (
     AGENT_MIN_SCORE,
+    MAX_QUERY_CHARS,
     Filters,
     ForgetFilter,
     ListOptions,
@@ -56,6 +59,13 @@ NamespaceArg = Annotated[
         description="The namespace (one agent's or user's memories). Leave it out unless your "
         "key has several namespaces (list_namespaces shows them); a tool given a memory's id "
         "finds its namespace itself."
+    ),
+]
+ForgetNamespaceArg = Annotated[
+    str | None,
+    Field(
+        description="The namespace to erase from. Leave it out unless your key has several "
+        "namespaces (list_namespaces shows them): then it is required, ids included."
     ),
 ]
 MemoryId = Annotated[int, Field(ge=1, description="The memory's id.")]
@@ -105,19 +115,22 @@ def _choose(
     until: str | None,
 ) -> None:
     """Add the filters given to ``chosen`` (search's, list's or forget's options)."""
+    # An empty list filters nothing; an empty time is passed on, for the API to refuse.
     if types:
         chosen["types"] = types
     if tags:
         chosen["tags"] = tags
-    if since:
+    if since is not None:
         chosen["since"] = since
-    if until:
+    if until is not None:
         chosen["until"] = until
 
 
-def _tool(server: MCPServer, hints: ToolAnnotations) -> Callable[[ToolFn], ToolFn]:
-    """Register a tool described by its docstring (without the source's indentation) whose
-    answer goes out as compact JSON; its schema is still that of what ``fn`` returns."""
+def _tool(tools: list[Tool], hints: ToolAnnotations) -> Callable[[ToolFn], ToolFn]:
+    """Add to ``tools`` a tool described by its docstring (without the source's indentation)
+    whose answer goes out as compact JSON; its schema is still that of what ``fn`` returns.
+    Its arguments are strict: one the tool does not have (a misspelt ``min_score``) is refused,
+    not ignored, and its schema says so (``additionalProperties: false``)."""
 
     def register(fn: ToolFn) -> ToolFn:
         @functools.wraps(fn)
@@ -125,19 +138,36 @@ def _tool(server: MCPServer, hints: ToolAnnotations) -> Callable[[ToolFn], ToolF
             return compact(await cast(Callable[..., Awaitable[Any]], fn)(*args, **kwargs))
 
         description = inspect.cleandoc(fn.__doc__ or "")
-        server.add_tool(answered, description=description, annotations=hints)
+        tool = Tool.from_function(answered, description=description, annotations=hints)
+        loose = tool.fn_metadata.arg_model
+        strict = cast(
+            type[ArgModelBase],
+            type(loose.__name__, (loose,), {"model_config": ConfigDict(extra="forbid")}),
+        )
+        metadata = tool.fn_metadata.model_copy(update={"arg_model": strict})
+        parameters = strict.model_json_schema(by_alias=True)
+        tools.append(tool.model_copy(update={"fn_metadata": metadata, "parameters": parameters}))
         return fn
 
     return register
 
 
-def add_tools(server: MCPServer, connect: Connect) -> None:
-    """Register the memory tools on ``server``; each reaches the API through ``connect``."""
+def memory_tools(connect: Connect) -> list[Tool]:
+    """The memory tools, each reaching the API through ``connect``."""
+    tools: list[Tool] = []
 
-    @_tool(server, READS)
+    @_tool(tools, READS)
     async def search_memories(
         ctx: Context,
-        query: Annotated[str, Field(min_length=1, description="What to recall, in words.")],
+        query: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=MAX_QUERY_CHARS,
+                description="What to recall, in words (a question, a request, or the "
+                "conversation so far).",
+            ),
+        ],
         k: Annotated[int, Field(ge=1, le=100, description="How many memories at most.")] = 10,
         types: Types = None,
         tags: Tags = None,
@@ -175,7 +205,7 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         _choose(options, types, tags, since, until)
         if min_score is not None:
             options["min_score"] = min_score
-        if namespace:
+        if namespace is not None:
             options["namespace"] = namespace
         with refusals():
             recall = await connect(ctx).recall(query, detail=detail, **options)
@@ -185,7 +215,7 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
             found["degraded"] = list(recall.degraded)
         return found
 
-    @_tool(server, WRITES)
+    @_tool(tools, WRITES)
     async def add_memory(
         ctx: Context,
         content: Annotated[str, Field(min_length=1, description="The memory, one statement.")],
@@ -231,13 +261,15 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
             "external_id": external_id,
             "session_id": session_id,
         }
-        item = {"content": content, "pinned": pinned} | {k: v for k, v in given.items() if v}
+        # None is "not given"; anything else (an empty external_id too) goes to the API.
+        item = {"content": content, "pinned": pinned}
+        item |= {k: v for k, v in given.items() if v is not None}
         with refusals():
             client = connect(ctx)
             added = await client.add_memories([item], namespace=namespace)
             return await client.get(added.ids[0], namespace=namespace)
 
-    @_tool(server, WRITES)
+    @_tool(tools, WRITES)
     async def add_conversation(
         ctx: Context,
         session_id: Annotated[
@@ -276,7 +308,7 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
                 handed["dream_request"] = (await client.dream(namespace=namespace)).id
         return handed
 
-    @_tool(server, READS)
+    @_tool(tools, READS)
     async def get_memory(
         ctx: Context, memory_id: MemoryId, namespace: NamespaceArg = None
     ) -> Memory:
@@ -286,7 +318,7 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         with refusals():
             return await connect(ctx).get(memory_id, namespace=namespace)
 
-    @_tool(server, READS)
+    @_tool(tools, READS)
     async def list_memories(
         ctx: Context,
         types: Types = None,
@@ -310,12 +342,12 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         _choose(options, types, tags, since, until)
         if statuses:
             options["statuses"] = statuses
-        if namespace:
+        if namespace is not None:
             options["namespace"] = namespace
         with refusals():
             return await connect(ctx).list_memories(cursor, **options)
 
-    @_tool(server, WRITES)
+    @_tool(tools, WRITES)
     async def update_memory(
         ctx: Context,
         memory_id: MemoryId,
@@ -349,7 +381,7 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
                 memory_id, version=version, namespace=namespace, **changes
             )
 
-    @_tool(server, DESTROYS)
+    @_tool(tools, DESTROYS)
     async def delete_memory(
         ctx: Context, memory_id: MemoryId, version: Version = None, namespace: NamespaceArg = None
     ) -> Deleted:
@@ -360,7 +392,7 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         with refusals():
             return await connect(ctx).delete(memory_id, version=version, namespace=namespace)
 
-    @_tool(server, DESTROYS)
+    @_tool(tools, DESTROYS)
     async def forget_memories(
         ctx: Context,
         ids: Annotated[list[int] | None, Field(description="These memories.")] = None,
@@ -405,7 +437,7 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
                 "erased. true: erase it, irreversibly."
             ),
         ] = False,
-        namespace: NamespaceArg = None,
+        namespace: ForgetNamespaceArg = None,
     ) -> ForgetResult:
         """Call it only when the user asks you to forget something for good ("forget that",
         "delete everything about X"). Erases memories everywhere: text, history, index.
@@ -418,9 +450,9 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
         lines: LogFilter = {}
         if sessions:
             lines["sessions"] = sessions
-        if log_since:
+        if log_since is not None:
             lines["since"] = log_since
-        if log_until:
+        if log_until is not None:
             lines["until"] = log_until
         if keys:
             lines["keys"] = keys
@@ -438,10 +470,12 @@ def add_tools(server: MCPServer, connect: Connect) -> None:
                 namespace=namespace,
             )
 
-    @_tool(server, READS)
+    @_tool(tools, READS)
     async def list_namespaces(ctx: Context) -> list[Namespace]:
         """Call it when a tool says a namespace is required (your key has several), or to see
         how much is remembered. The namespaces your key may use, with their active and retired
         memories and log lines."""
         with refusals():
             return list(await connect(ctx).namespaces())
+
+    return tools

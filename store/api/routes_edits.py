@@ -19,7 +19,7 @@ from store.api.responses import ERRORS, ErrorOut, MemoryDetailOut
 from store.api.routes_memories import memory_not_found, readable_namespace
 from store.errors import NotFound
 from store.requests import SearchFilters
-from store.schemas import NOT_BLANK, Key, MemoryPatch, Timestamp
+from store.schemas import NOT_BLANK, Key, MemoryPatch, Tag, Timestamp, TypeName
 from store.shapes.memory import memory_json
 from store.write.edits import Edited, NotActive, VersionConflict
 from store.write.forget import ForgetSelection, LogFilter
@@ -88,8 +88,8 @@ class ForgetFilter(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    types: list[str] = Field(default_factory=list, max_length=64)
-    tags: list[str] = Field(default_factory=list, max_length=64)
+    types: list[TypeName] = Field(default_factory=list, max_length=64)
+    tags: list[Tag] = Field(default_factory=list, max_length=64)
     since: Timestamp | None = None
     until: Timestamp | None = None
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)

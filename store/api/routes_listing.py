@@ -11,10 +11,11 @@ from store.api.deps import Caller, IsoTime, MemoryId, MetaPair, NamespaceParam, 
 from store.api.errors import ApiError
 from store.api.responses import ERRORS, MemoryDetailOut
 from store.api.routes_memories import memory_not_found, readable_namespace
-from store.api.routes_search import Tag, TypeName
+from store.api.routes_search import Tag
 from store.errors import ValidationFailed
 from store.kinds import MemoryStatus
 from store.listing import DEFAULT_LIMIT, MAX_LIMIT, list_memories, list_request
+from store.schemas import TypeName
 from store.shapes.memory import memory_json, namespace_json, relation_json
 
 

@@ -11,13 +11,12 @@ from store.api.errors import ApiError
 from store.api.responses import ERRORS, ErrorOut, SearchOut
 from store.errors import ValidationFailed
 from store.requests import search_request
-from store.schemas import NOT_BLANK, TYPE_PATTERN
+from store.schemas import NOT_BLANK, TypeName
 from store.shapes.memory import hit_json
 from store.vector.index import VectorIndexError
 
 MAX_QUERY_CHARS = 4000
 
-TypeName = Annotated[str, StringConstraints(pattern=TYPE_PATTERN)]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 

@@ -159,6 +159,13 @@ def test_client_agents_threshold_is_the_stores() -> None:
     assert AGENT_MIN_SCORE == STORES
 
 
+def test_client_longest_query_is_the_apis() -> None:
+    from secretary.client.calls import MAX_QUERY_CHARS
+    from store.api.routes_search import MAX_QUERY_CHARS as APIS
+
+    assert MAX_QUERY_CHARS == APIS
+
+
 def test_client_update_delete_undo_and_stale_version(client: SecretaryClient) -> None:
     memory_id = seed(client)[2]
     edited = client.update(memory_id, version=1, content="Maya prefers black tea", importance=8)

@@ -295,3 +295,33 @@ def test_mcp_forget_erases_conversation_lines_only_when_confirmed(http_store: St
         asyncio.run(run(url))
     assert left("a") == []
     assert left("b") == theirs
+
+
+def test_mcp_refuses_what_it_would_otherwise_take_for_something_else(http_store: Store) -> None:
+    async def run(url: str) -> None:
+        async with over_http(url, KEY_A) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            for tool in tools.values():
+                assert tool.input_schema["additionalProperties"] is False, tool.name
+            assert tools["search_memories"].input_schema["properties"]["query"]["maxLength"] == 4000
+            ok(await client.call_tool("add_memory", {"content": "Maya likes green tea"}))
+            for name, arguments, said in (
+                ("search_memories", {"query": "tea", "min_scor": 0.9}, "min_scor"),
+                ("search_memories", {"query": "tea", "namespace": ""}, "namespace"),
+                ("add_memory", {"content": "Maya likes tea", "external_id": ""}, "external_id"),
+                ("add_memory", {"content": "Maya likes tea", "session_id": ""}, "session_id"),
+                ("forget_memories", {"types": ["Events"]}, "lowercase"),
+                ("list_memories", {"since": ""}, "since"),
+                (
+                    "search_memories",
+                    {"query": "tea", "since": "9999-12-31T23:59:59-14:00"},
+                    "out of range",
+                ),
+            ):
+                message = refused(await client.call_tool(name, arguments))
+                assert said in message, (name, arguments, message)
+            listed = ok(await client.call_tool("list_memories", {}))
+            assert [m["content"] for m in listed["memories"]] == ["Maya likes green tea"]
+
+    with live_server(http_app(http_store)) as url:
+        asyncio.run(run(url))
