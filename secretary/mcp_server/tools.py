@@ -198,9 +198,12 @@ def memory_tools(connect: Connect) -> list[Tool]:
         (the user's life, preferences, plans, past conversations), and whenever the user asks
         what you remember. Searches long-term memory, best first: each hit is one line
         `#id type date score text` (the score is its relevance, 0-1, meaning the same in any
-        search); no hits means nothing stored is relevant to the question. To apply what you
-        know of the user to a request ("recommend a restaurant"), search with min_score 0 and
-        weigh the scores. detail=true gives each hit's full score breakdown instead."""
+        search). No hits means nothing stored is relevant to the question; a hit is not proof
+        that something is: a question about something never stored can still bring back a
+        weak hit sharing a word or a name with it, so check that a hit answers the question
+        before you rely on it. To apply what you know of the user to a request ("recommend a
+        restaurant"), search with min_score 0 and weigh the scores. detail=true gives each
+        hit's full score breakdown instead."""
         options: SearchOptions = {"k": k}
         _choose(options, types, tags, since, until)
         if min_score is not None:
