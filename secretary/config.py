@@ -154,13 +154,14 @@ def load_settings(
     if path is None and env.get("SECRETARY_CONFIG"):
         path = Path(env["SECRETARY_CONFIG"])
     raw: dict[str, Any] = _read_toml(path) if path is not None else {}
-    _apply_env(raw, env)
+    given = _apply_env(raw, env)
     if data_dir is not None:
         raw["data_dir"] = str(data_dir)
+        given[("data_dir",)] = "--data-dir"
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, path)) from None
+        raise ConfigError(_describe(exc, path, given)) from None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -173,18 +174,21 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
-    """Overlay ``SECRETARY_SECTION_KEY=value`` (and ``SECRETARY_DATA_DIR``) onto the raw config.
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
+    """Overlay ``SECRETARY_SECTION_KEY=value`` (and ``SECRETARY_DATA_DIR``) onto the raw config;
+    return which options the environment gave (option path -> variable), for error messages.
 
     Raise ConfigError naming the known sections if a ``SECRETARY_*`` name is none of them.
     """
     sections = {name for name in Settings.model_fields if name != "data_dir"}
+    given: dict[tuple[str, ...], str] = {}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in NOT_OPTIONS:
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         if rest == "data_dir":
             raw["data_dir"] = value
+            given[("data_dir",)] = f"environment variable {name}"
             continue
         section, _, key = rest.partition("_")
         if section not in sections or not key:
@@ -192,6 +196,8 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
         raw.setdefault(section, {})
         if isinstance(raw[section], dict):
             raw[section][key] = value
+            given[(section, key)] = f"environment variable {name}"
+    return given
 
 
 def _unknown_variable(name: str, sections: list[str]) -> str:
@@ -207,11 +213,18 @@ def _unknown_variable(name: str, sections: list[str]) -> str:
     )
 
 
-def _describe(exc: ValidationError, path: Path | None) -> str:
-    where = f" in {path}" if path else ""
+def _describe(
+    exc: ValidationError, path: Path | None, given: Mapping[tuple[str, ...], str]
+) -> str:
+    """One line per problem, naming where the bad value came from: the environment variable
+    or command-line option that gave it (``given``), else the config file."""
+    in_file = f" in {path}" if path else ""
     lines = []
     for error in exc.errors():
-        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        loc = tuple(str(part) for part in error["loc"])
+        key = ".".join(loc) or "(top level)"
+        source = next((given[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in given), None)
+        where = f" (from {source})" if source else in_file
         message = (
             "unknown option"
             if error["type"] == "extra_forbidden"

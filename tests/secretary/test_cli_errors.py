@@ -432,6 +432,7 @@ def test_garbage_chroma_url_is_a_config_error_and_nothing_starts(
     env = {"SECRETARY_INDEX_CHROMA_URL": "chroma:8000"}
     message = one_error(run(*args, code=2, env=env))
     assert message.startswith(
-        "error: config option 'index.chroma_url': 'chroma:8000' is not an http:// or https:// URL"
+        "error: config option 'index.chroma_url' (from environment variable "
+        "SECRETARY_INDEX_CHROMA_URL): 'chroma:8000' is not an http:// or https:// URL"
     )
     assert not (tmp_path / "data").exists()

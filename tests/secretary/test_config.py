@@ -114,6 +114,18 @@ def test_load_settings_invalid_raises_naming_key(
         load_settings(write(tmp_path, text), env)
 
 
+def test_load_settings_invalid_value_blamed_on_where_it_came_from(tmp_path: Path) -> None:
+    path = write(tmp_path, "[api]\nport = 0\n[llm]\nmodel = 'openai/x'\n")
+    with pytest.raises(ConfigError) as raised:
+        load_settings(path, {"SECRETARY_LLM_MAX_REQUESTS_PER_MINUTE": "soon"})
+    lines = str(raised.value).splitlines()
+    assert lines[0] == f"config option 'api.port' in {path}: " + lines[0].split(": ", 1)[1]
+    assert len(lines) == 2
+    origin = "(from environment variable SECRETARY_LLM_MAX_REQUESTS_PER_MINUTE)"
+    assert f"'llm.max_requests_per_minute' {origin}" in lines[1]
+    assert str(path) not in lines[1]
+
+
 @pytest.mark.parametrize(
     ("url", "why"),
     [
@@ -133,7 +145,9 @@ def test_load_settings_chroma_url_not_an_http_url_names_the_option(url: str, why
     with pytest.raises(ConfigError) as caught:
         load_settings(None, {"SECRETARY_INDEX_CHROMA_URL": url})
 
-    assert str(caught.value).startswith(f"config option 'index.chroma_url': {url!r}"), caught.value
+    said = str(caught.value)
+    origin = "(from environment variable SECRETARY_INDEX_CHROMA_URL)"
+    assert said.startswith(f"config option 'index.chroma_url' {origin}: {url!r}"), said
     assert why in str(caught.value)
     assert "Value error" not in str(caught.value)
 
@@ -148,7 +162,8 @@ def test_load_settings_chroma_url_empty_or_http_host_port_accepted(url: str) -> 
 
 @pytest.mark.parametrize("host", ["", "my host", "127.0.0.1:8765", "[::1]", "-bad-"])
 def test_load_settings_api_host_not_an_address_names_the_option(host: str) -> None:
-    with pytest.raises(ConfigError, match=r"config option 'api\.host': .* is not an IP address"):
+    origin = r"\(from environment variable SECRETARY_API_HOST\)"
+    with pytest.raises(ConfigError, match=rf"config option 'api\.host' {origin}: .* is not an IP"):
         load_settings(None, {"SECRETARY_API_HOST": host})
 
 
