@@ -272,7 +272,8 @@ def _print_plan(plan: UndoPlan, *, cascading: bool = False) -> None:
     if not plan.applicable:
         click.echo("  nothing: every part conflicts")
     if plan.conflicts and not cascading:
-        click.echo(f"conflicts ({len(plan.conflicts)}), refused unless --force skips them:")
+        skipped = "refused unless --force skips them" if plan.applicable else "refused"
+        click.echo(f"conflicts ({len(plan.conflicts)}), {skipped}:")
         for conflict in plan.conflicts:
             click.echo(f"  {conflict.describe()}")
     if plan.dependents and not cascading:

@@ -213,9 +213,7 @@ def _unknown_variable(name: str, sections: list[str]) -> str:
     )
 
 
-def _describe(
-    exc: ValidationError, path: Path | None, given: Mapping[tuple[str, ...], str]
-) -> str:
+def _describe(exc: ValidationError, path: Path | None, given: Mapping[tuple[str, ...], str]) -> str:
     """One line per problem, naming where the bad value came from: the environment variable
     or command-line option that gave it (``given``), else the config file."""
     in_file = f" in {path}" if path else ""

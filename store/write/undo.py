@@ -85,9 +85,11 @@ class UndoConflict(StoreError):
         forced: bool,
         dependents: Sequence[Dependent] = (),
         cascading: bool = False,
+        applicable: bool = True,
     ) -> None:
         self.record_id = record_id
         self.conflicts = tuple(conflicts)
+        self.applicable = applicable  # whether forcing would apply anything
         self.dependents = tuple(dependents)
         shown = "; ".join(conflict.describe() for conflict in self.conflicts[:20])
         more = f" (and {len(self.conflicts) - 20} more)" if len(self.conflicts) > 20 else ""
@@ -110,7 +112,7 @@ class UndoConflict(StoreError):
             )
         elif cascading:
             message += ". No later record in force explains it, so --cascade cannot help"
-        if forced:
+        if forced or not applicable:
             message += "; even forcing (--force) has nothing to apply, every part conflicts"
         elif cascading:
             message += "; adding --force skips those parts and undoes the rest"
@@ -263,6 +265,7 @@ def plan_cascade(
                     forced=forcing,
                     dependents=blocked.dependents,
                     cascading=True,
+                    applicable=blocked.applicable,
                 ) from None
 
 
@@ -358,7 +361,13 @@ def _undo_parts(unit: UnitOfWork, order: Sequence[int], *, force: bool) -> tuple
             continue
         _, plan = _load(session, record_id)
         if plan.conflicts and not force:
-            raise UndoConflict(record_id, plan.conflicts, forced=False, dependents=plan.dependents)
+            raise UndoConflict(
+                record_id,
+                plan.conflicts,
+                forced=False,
+                dependents=plan.dependents,
+                applicable=bool(plan.applicable),
+            )
         if plan.steps and not plan.applicable:
             raise UndoConflict(record_id, plan.conflicts, forced=True, dependents=plan.dependents)
         Restorer(unit).run(plan.applicable)

@@ -41,6 +41,8 @@ _NOT_COMPARED = RECALL_FIELDS | DERIVED_FIELDS | {"id"}
 # Blocking "fields" meaning only that the row came or went: a later record blocks such a
 # conflict only by creating or removing the row (no image has an "id" that changes).
 EXISTENCE = ("id",)
+# A row a later forget or retention purge erased: its images keep ids and a hash, no content.
+ERASED = "erased since"
 # Columns that name another memory: a restored value must name one that exists.
 REFERENCES = {"memory": ("replaced_by_id",), "relation": ("source_id", "target_id")}
 
@@ -167,9 +169,7 @@ def _direct_conflict(step: UndoStep, current: Image | None) -> Conflict | None:
     """
     key = step.key
     if any(image is not None and image.get("forgotten") for image in (step.image, step.expected)):
-        return Conflict(
-            kind=step.kind, target_id=step.target_id, reason="forgotten since", blocker=key
-        )
+        return Conflict(kind=step.kind, target_id=step.target_id, reason=ERASED, blocker=key)
     if step.expected is None:
         if current is None:
             return None

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from store.db import chunks
 from store.models import MaintenanceOperation, MaintenanceRecord
-from store.write.undo_conflicts import Conflict, Key, visible
+from store.write.undo_conflicts import ERASED, Conflict, Key, visible
 
 # Jobs whose records keep no content of what they removed: nothing can undo them.
 FINAL_JOBS = frozenset({"forget", "retention"})
@@ -79,9 +79,7 @@ def find_dependents(
                         line = _what(op, conflict)
                         if line not in what:
                             what.append(line)
-    unexplained = [
-        c for c in conflicts if c.reason == "forgotten since" and c.blocker not in explained
-    ]
+    unexplained = [c for c in conflicts if c.reason == ERASED and c.blocker not in explained]
     for later, what in _erasures(session, record, unexplained):
         found.setdefault(later.id, (later, []))[1].extend(what)
     return tuple(

@@ -403,6 +403,6 @@ def test_forget_then_undo_of_an_earlier_record_is_refused_without_harm(db: Datab
     )
     edits.forget(db.writer, "ns", ForgetSelection(ids=(ids[0],)), now=NOW)
     after = list(db.memories.export("ns"))
-    with pytest.raises(Exception, match="forgotten since"):
+    with pytest.raises(Exception, match="erased since"):
         undo(db.writer, updated.record_id, now=NOW + HOUR)  # type: ignore[arg-type]
     assert list(db.memories.export("ns")) == after

@@ -133,6 +133,6 @@ def test_forgetting_an_updated_line_erases_both_texts_and_undo_then_refuses(
     assert "hello" not in str(op.before)
     assert "goodbye" not in str(op.after)
     assert op.before["content_hash"] != op.after["content_hash"]  # what they were, hashed
-    with pytest.raises(UndoConflict, match="forgotten since"):
+    with pytest.raises(UndoConflict, match="erased since"):
         undo(db.writer, record_id, now=LATER)
     assert [view.id for view in db.work.logs("ns", ids)] == [ids[1]]

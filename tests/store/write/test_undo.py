@@ -166,8 +166,11 @@ def test_undo_purge_is_refused_the_content_is_gone(db: Database) -> None:
     assert db.memories.get("ns", ids[1]) is None
     after, records = export(db), len(db.records.find())
     # Retention keeps no image of what it purges, so there is nothing to bring back.
-    with pytest.raises(UndoConflict, match=f"memory {ids[1]}: forgotten since"):
+    with pytest.raises(UndoConflict, match=f"memory {ids[1]}: erased since") as caught:
         undo(db.writer, record_id, now=LATER + HOUR)
+    # Forcing would skip every part: the message does not offer it.
+    assert "even forcing (--force) has nothing to apply" in str(caught.value)
+    assert "applies only the parts" not in str(caught.value)
     assert export(db) == after
     assert len(db.records.find()) == records
 
@@ -189,7 +192,7 @@ def test_undo_of_a_record_whose_memory_retention_purged_names_the_purge_and_when
         assert dependent.at == purge_at
         assert dependent.what == (f"erased memory {ids[1]}",)
         message = str(caught.value)
-        assert f"memory {ids[1]}: forgotten since" in message
+        assert f"memory {ids[1]}: erased since" in message
         assert f"#{purged} retention ({purge_at:%Y-%m-%d %H:%M:%S}, which cannot be undone)" in (
             message
         )
@@ -298,6 +301,8 @@ def test_undo_force_applies_rest_and_records_skipped(db: Database) -> None:
     first = set_status(db, [ids[0], ids[3]], MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert first is not None
     set_status(db, [ids[0]], MemoryStatus.SUPERSEDED, now=LATER, job="auditor")
+    with pytest.raises(UndoConflict, match=r"forcing it \(--force\) applies only the parts"):
+        undo(db.writer, first, now=LATER + HOUR)  # memory 3's part would apply: offered
     result = undo(db.writer, first, now=LATER + HOUR, force=True)
     # Memory 0's status changed since: it is skipped; the rest of the record is undone.
     assert [c.target_id for c in result.skipped] == [ids[0]]
@@ -524,7 +529,9 @@ def test_undo_of_a_record_whose_memory_was_forgotten_names_the_forget(db: Databa
     )
     assert dependent.what == (f"erased memory {ids[1]}",)
     assert "erasure cannot be undone" in str(caught.value)
-    assert "adding --force skips those parts" in str(caught.value)
+    # The record changed only the erased memory: forcing would skip all of it, so not offered.
+    assert "even forcing (--force) has nothing to apply" in str(caught.value)
+    assert "adding --force skips those parts" not in str(caught.value)
 
 
 def test_cascade_with_force_undoes_the_dependents_and_skips_what_an_erasure_made_final(
@@ -540,6 +547,6 @@ def test_cascade_with_force_undoes_the_dependents_and_skips_what_an_erasure_made
     edits.forget(db.writer, "ns", ForgetSelection(ids=(ids[1],)), now=LATER + HOUR)
     result = undo(db.writer, first, now=LATER + 2 * HOUR, cascade=True, force=True)
     assert result.cascaded == (second,)
-    assert [(c.target_id, c.reason) for c in result.skipped] == [(ids[1], "forgotten since")]
+    assert [(c.target_id, c.reason) for c in result.skipped] == [(ids[1], "erased since")]
     assert db.memories.get("ns", ids[0]).content == "fragment 0"  # type: ignore[union-attr]
     assert db.memories.get("ns", ids[1]) is None
