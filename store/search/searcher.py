@@ -206,6 +206,9 @@ class Searcher:
             hits, failed = answer()
             seen[index] = replace(seen[index], hits=hits)
             degraded = degraded or failed
+        vectors_asked = config.dense_candidates > 0 and among is None and broad is None
+        if vectors_asked and not degraded and not any(s.hits for s in seen):
+            degraded = self._vectorless(request.namespace, len(view))
         main, *also = seen
         evidence = Evidence(
             lexical=main.lexical,
@@ -220,6 +223,18 @@ class Searcher:
             idf=idf,
         )
         return evidence, degraded
+
+    def _vectorless(self, namespace: str, memories: int) -> tuple[str, ...]:
+        """Why an unfiltered search found no vector at all, if its namespace has memories
+        and none of their vectors waits in the outbox: the index lost them (a Chroma
+        directory restored without them, a collection deleted by hand)."""
+        if memories == 0 or self._reads.pending_vectors(namespace, 0) is None:
+            return ()
+        return (
+            f"the vector index holds no vectors for this namespace's {memories:,} memories "
+            "(results are lexical only): `secretary index verify` tells, `secretary index "
+            "rebuild` rebuilds it from SQL",
+        )
 
     def lexical_view(self, namespace: str) -> LexicalView:
         """Return the namespace's BM25 index, brought up to the namespace's current revision."""

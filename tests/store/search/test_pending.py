@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from secretary.config import Settings
-from store.requests import SearchRequest
+from store.requests import SearchFilters, SearchRequest
 from store.search import pending as pending_module
 from store.search.pending import cosines, merged
 from store.search.searcher import Hit
@@ -106,6 +106,34 @@ def test_search_memory_waiting_embedded_once(
     for _ in range(3):
         assert _hit(store, ASKED, new) is not None
     assert sum(NEW in texts for texts in calls) == 1  # the queries are embedded each time
+
+
+def test_search_of_a_namespace_whose_vectors_were_lost_says_so(store: Store) -> None:
+    request = SearchRequest(namespace=NS, query="the puppy", k=3)
+    assert store.searcher.search(request, now=NOW).degraded == ()
+    ids = [m.id for m in store.db.memories.after(NS, 0, limit=100)]
+    store.index.delete(NS, ids)  # as a Chroma directory restored from an older backup
+    result = store.searcher.search(request, now=NOW)
+    assert result.hits  # lexically
+    (said,) = result.degraded
+    assert "holds no vectors for this namespace's 4 memories" in said
+    assert "secretary index rebuild" in said
+    # A filtered search may rightly find no vector: it says nothing of the index.
+    filtered = SearchRequest(
+        namespace=NS, query="the puppy", k=3, filters=SearchFilters(types=("fact",))
+    )
+    assert store.searcher.search(filtered, now=NOW).degraded == ()
+
+
+def test_search_of_a_namespace_whose_vectors_wait_in_the_outbox_is_not_degraded(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pending_module, "PENDING_EMBEDDED", 0)  # none embedded by the search
+    store.add_memories("other", [{"content": "Caroline: the puppy is called Biscuit."}], now=NOW)
+    request = SearchRequest(namespace="other", query="the puppy", k=3)
+    result = store.searcher.search(request, now=NOW)
+    assert result.hits
+    assert result.degraded == ()
 
 
 # -- pure helpers ------------------------------------------------------------------------------
