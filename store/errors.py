@@ -71,9 +71,36 @@ class ValidationFailed(StoreError):
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         self.problems = problems
-        shown = "; ".join(f"{where}: {what}" for where, what in problems[:20])
-        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
+        grouped = _grouped(problems)
+        shown = "; ".join(grouped[:20])
+        more = f" (and {len(grouped) - 20} more)" if len(grouped) > 20 else ""
         super().__init__(f"rejected, nothing written: {shown}{more}")
+
+
+def _grouped(problems: list[tuple[str, str]]) -> list[str]:
+    """One ``where: what`` per distinct ``what``, in order of first appearance, its places
+    together (a file of another namespace's lines: one message, not one per line)."""
+    places: dict[str, list[str]] = {}
+    for where, what in problems:
+        places.setdefault(what, []).append(where)
+    return [f"{_places(wheres)}: {what}" for what, wheres in places.items()]
+
+
+def _places(wheres: list[str]) -> str:
+    """``line 1``, ``lines 1-3, 7`` (file lines as ranges), or the places listed."""
+    numbers = [int(w[5:]) for w in wheres if w.startswith("line ") and w[5:].isdigit()]
+    if len(wheres) == 1 or len(numbers) != len(wheres):
+        listed = ", ".join(wheres[:10])
+        return listed + (f" (and {len(wheres) - 10} more)" if len(wheres) > 10 else "")
+    ranges: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if ranges and number == ranges[-1][1] + 1:
+            ranges[-1][1] = number
+        else:
+            ranges.append([number, number])
+    spans = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges]
+    more = f" (and {len(spans) - 10} more)" if len(spans) > 10 else ""
+    return f"lines {', '.join(spans[:10])}{more}"
 
 
 class NotFound(StoreError):
