@@ -343,6 +343,12 @@ def test_browser_pages_fit_a_phone_375_px_wide(world: World) -> None:
     # A run with what tends to push a page wide: long unbroken words, a relation, a long error.
     url = "https://example.com/" + "very-long-path-segment/" * 8
     (long_id,) = world.store.add_memories("maya", [{"content": f"Read {url}"}], now=utc_now()).ids
+    # A word with no place to break at all (a hash, a base64 blob), edited: in its history too.
+    blob = "Q" * 600
+    (blob_id,) = world.store.add_memories("maya", [{"content": f"Key {blob}"}], now=utc_now()).ids
+    world.store.edit(
+        "maya", blob_id, {"content": f"Key {blob}!", "tags": [blob[:64]]}, now=utc_now()
+    )
     world.store.indexer.sync()
     wide_run = world.store.db.writer.apply(
         "maya",
@@ -368,12 +374,17 @@ def test_browser_pages_fit_a_phone_375_px_wide(world: World) -> None:
         "overnight": "/ui/overnight",
         "status": "/ui/status",
         "memories": "/ui/memories?namespace=maya",
+        "blob": f"/ui/memories/maya/{blob_id}",
+        "blob-search": "/ui/memories?namespace=maya&q=Key",
     }
-    for name, path in pages.items():
-        page.goto(world.url + path)
-        page.screenshot(path=str(SCREENSHOTS / f"{name}-375.png"), full_page=True)
-        wide = page.evaluate("document.scrollingElement.scrollWidth")
-        assert wide <= 375, f"{name} is {wide} px wide at 375"
+    for width in (375, 1280):
+        page.set_viewport_size({"width": width, "height": 740})
+        for name, path in pages.items():
+            page.goto(world.url + path)
+            page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+            wide = page.evaluate("document.scrollingElement.scrollWidth")
+            assert wide <= width, f"{name} is {wide} px wide at {width}"
+    page.set_viewport_size({"width": 375, "height": 740})
     # A relation's words between its two ends do not run over them (only its arrow turns).
     page.goto(f"{world.url}/ui/runs/{wide_run}")
     boxes = page.evaluate(
