@@ -40,7 +40,8 @@ def status(ctx: Context, namespace: str | None, as_json: bool) -> None:
     running, left, and when they should end), each job's next firing, and per namespace each
     job's last outcome, failures, back-off, quarantined items, backlog and the day's tokens."""
     from secretary.status_config import status_config
-    from store.status import read_status, status_json
+    from store.status import read_status
+    from store.status.shape import status_json
 
     config = status_config(ctx.settings)
     with _store(ctx, namespace=namespace) as store:
@@ -168,6 +169,8 @@ def _job_line(job: JobStatus) -> str:
         said = "never ran"
     else:
         record = f" #{last['record']}" if last.get("record") is not None else ""
+        if last.get("undone_by") is not None:
+            record += f" (undone by #{last['undone_by']})"
         message = f": {last['message']}" if last.get("message") else ""
         said = f"{last.get('status')} {str(last.get('at', ''))[:19]}{record}{message}"
     parts = [said]

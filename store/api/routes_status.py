@@ -14,7 +14,8 @@ from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
 from store.api.deps import Caller, State
-from store.status import UNKNOWN, StatusConfig, read_status, status_json
+from store.status import UNKNOWN, StatusConfig, read_status
+from store.status.shape import status_json
 
 
 class DaemonOut(BaseModel):

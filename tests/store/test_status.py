@@ -25,9 +25,10 @@ from store.status import (
     compose_status,
     firing_label,
     read_status,
-    status_json,
 )
+from store.status.shape import status_json
 from store.write.record_info import RecordInfo
+from store.write.undo import undo
 
 NOW = datetime(2026, 2, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -426,3 +427,21 @@ def test_status_reads_every_live_daemon_what_it_runs_and_the_night(db: Database)
     assert not later.daemon.running
     assert later.firings[0].running == 0  # its units' leases lapsed: left for a daemon to take
     assert {entry.job: entry for entry in later.schedule}["linker"].firing == "interrupted"
+
+
+def test_status_calls_a_job_s_last_run_undone_once_it_is(
+    db: Database, seeded: dict[str, list[int]]
+) -> None:
+    archive = [SetStatus(memory_id=seeded["memories"][0], status=MemoryStatus.ARCHIVED)]
+    record_id = db.writer.apply("a", "auditor", archive, now=NOW).record_id
+    assert record_id is not None
+    last = {"status": "applied", "at": NOW.isoformat(), "record": record_id}
+    db.writer.apply("a", "auditor", (), now=NOW, health={"last": last})
+
+    def shown() -> dict[str, Any]:
+        (job,) = status_json(read_status(db, now=NOW))["namespaces"][0]["jobs"]
+        return dict(job["last"])
+
+    assert shown()["status"] == "applied"
+    undone = undo(db.writer, record_id, now=NOW + HOUR).record_id
+    assert shown() == {**last, "status": "undone", "undone_by": undone}

@@ -32,7 +32,8 @@ from store.api.console.web import (
 from store.coordination.dream_requests import DreamRequestView
 from store.errors import SecretaryError
 from store.shapes.dreams import run_json
-from store.status import read_status, status_json
+from store.status import read_status
+from store.status.shape import status_json
 
 router = APIRouter()
 PREVIEW = 5

@@ -178,7 +178,19 @@ def read_status(
         namespaces=shown,
         usage=db.records.usage_on(now.date(), shown),
         backlogs=read_backlogs(db, config, states, shown),
+        undone=_undone(db, states),
     )
+
+
+def _undone(db: Database, states: Sequence[JobStateView]) -> dict[int, int]:
+    """Return record id -> the record that undid it, of the jobs' last runs undone since."""
+    last = (state.health.get("last") for state in states)
+    ids = {r for v in last if isinstance(v, Mapping) and isinstance(r := v.get("record"), int)}
+    return {
+        record.id: record.undone_by_id
+        for record in db.records.many(sorted(ids))
+        if record.undone_by_id is not None
+    }
 
 
 def read_backlogs(
@@ -217,10 +229,12 @@ def compose_status(
     usage: Mapping[str, Usage],
     backlogs: Mapping[tuple[str, str], Mapping[str, int]],
     scope: Collection[str] | None = None,
+    undone: Mapping[int, int] | None = None,
 ) -> Status:
     """Given what ``read_status`` read, return the status (no I/O): ``daemons`` the live
     daemons' leases, ``lease`` the last one seen (shown when none is live), ``scope`` the
-    namespaces the caller may see of what they run (None: all)."""
+    namespaces the caller may see of what they run (None: all), ``undone`` which jobs' last
+    records were undone since (record id -> the undo's)."""
     holds = _holds(firings, scope, now=now)
     running = tuple(
         DaemonStatus(
@@ -254,7 +268,15 @@ def compose_status(
     for namespace in namespaces:
         ran = sorted(job for job, ns in by_key if ns == namespace and job not in config.jobs)
         jobs = tuple(
-            _job(job, namespace, by_key.get((job, namespace)), backlogs, config, now=now)
+            _job(
+                job,
+                namespace,
+                by_key.get((job, namespace)),
+                backlogs,
+                config,
+                undone or {},
+                now=now,
+            )
             for job in (*config.jobs, *ran)
         )
         spent = usage.get(namespace, Usage(tokens=0, cost=0.0))
@@ -361,6 +383,7 @@ def _job(
     state: JobStateView | None,
     backlogs: Mapping[tuple[str, str], Mapping[str, int]],
     config: StatusConfig,
+    undone: Mapping[int, int],
     *,
     now: datetime,
 ) -> JobStatus:
@@ -368,6 +391,9 @@ def _job(
     until = _time(health.get("backoff_until"))
     failing = health.get("failing")
     last = health.get("last")
+    if isinstance(last, Mapping) and last.get("record") in undone:
+        # The run applied, but its changes are taken back: say so, not "applied".
+        last = {**last, "status": "undone", "undone_by": undone[last["record"]]}
     reads = config.jobs.get(job)
     return JobStatus(
         job=job,
@@ -393,102 +419,3 @@ def _time(value: Any) -> datetime | None:
         return parse_timestamp(value)
     except ValueError:
         return None
-
-
-# -- JSON ----------------------------------------------------------------------------------------
-
-
-def status_json(status: Status) -> dict[str, Any]:
-    daemon = status.daemon
-    return {
-        "now": status.now.isoformat(),
-        "daemon": {
-            "running": daemon.running,
-            "holder": daemon.holder,
-            "since": _iso(daemon.since),
-            "expires_at": _iso(daemon.expires_at),
-        },
-        "daemons": [
-            {
-                "holder": running.holder,
-                "since": _iso(running.since),
-                "expires_at": _iso(running.expires_at),
-                "holds": [_holding_json(held) for held in running.holds],
-            }
-            for running in status.daemons
-        ],
-        "night": {
-            "in_progress": bool(status.firings),
-            "firings": [_firing_json(firing) for firing in status.firings],
-        },
-        "budget": {
-            "max_tokens_per_day": status.max_tokens_per_day,
-            "known": status.max_tokens_per_day is not None,
-            "day": status.now.date().isoformat(),
-        },
-        "schedule": [
-            {
-                "job": entry.job,
-                "paused": entry.paused,
-                "next_fire_at": _iso(entry.next_fire_at),
-                "last_fired_at": _iso(entry.last_fired_at),
-                "last_finished_at": _iso(entry.last_finished_at),
-                "firing": entry.firing,
-                "interrupted": entry.firing == "interrupted",
-            }
-            for entry in status.schedule
-        ],
-        "namespaces": [
-            {
-                "namespace": space.namespace,
-                "tokens_today": space.tokens_today,
-                "cost_today": space.cost_today,
-                "budget_reached": space.budget_reached,
-                "jobs": [_job_json(job) for job in space.jobs],
-            }
-            for space in status.namespaces
-        ],
-    }
-
-
-def _holding_json(held: Holding) -> dict[str, Any]:
-    return {
-        "firing": held.firing,
-        "label": held.label,
-        "jobs": list(held.jobs),
-        "namespaces": list(held.namespaces),
-        "hidden": held.hidden,
-    }
-
-
-def _firing_json(firing: FiringStatus) -> dict[str, Any]:
-    return {
-        "key": firing.key,
-        "label": firing.label,
-        "jobs": list(firing.jobs),
-        "manual": firing.manual,
-        "opened_at": firing.opened_at.isoformat(),
-        "done": firing.done,
-        "running": firing.running,
-        "left": firing.left,
-        "total": firing.total,
-        "estimated_end": _iso(firing.estimated_end),
-    }
-
-
-def _job_json(job: JobStatus) -> dict[str, Any]:
-    return {
-        "job": job.job,
-        "last": dict(job.last) if job.last is not None else None,
-        "failures": job.failures,
-        "backoff_until": _iso(job.backoff_until),
-        "backing_off": job.backing_off,
-        "failing": job.failing,
-        "quarantined": job.quarantined,
-        "backlog": job.backlog_total,
-        "backlog_by_watermark": dict(job.backlog) if job.backlog is not None else None,
-    }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
