@@ -170,12 +170,20 @@ def _memory_page(
     return page(request, "memory.html", context, status_code=status_code)
 
 
+NO_CHANGE = "nothing changed: the form was saved as it was shown"
+
+
 def _by(request: Request) -> str:
     return f"console:{viewer(request).name}"
 
 
 def _changes(memory: MemoryView, form: dict[str, str]) -> dict[str, Any]:
     """The fields the edit form changed (what PATCH would be sent)."""
+    # Every memory has a type, an importance and a time: a field emptied is refused, not
+    # taken for "unchanged".
+    emptied = [name for name in _REQUIRED if name in form and not form[name].strip()]
+    if emptied:
+        raise ValidationFailed([(n, "cannot be empty: every memory has one") for n in emptied])
     changes: dict[str, Any] = {}
     if "content" in form and form["content"] != memory.content:
         changes["content"] = form["content"]
@@ -196,11 +204,15 @@ def _changes(memory: MemoryView, form: dict[str, str]) -> dict[str, Any]:
     when = form.get("event_time", "").strip()
     if when and when != memory.event_time.isoformat():
         changes["event_time"] = when
-    if form.get("metadata", "").strip():
-        metadata = _json_object(form["metadata"])
+    if "metadata" in form:
+        text = form["metadata"].strip()
+        metadata = _json_object(text) if text else {}  # emptied: no metadata
         if metadata != dict(memory.metadata):
             changes["metadata"] = metadata
     return changes
+
+
+_REQUIRED = ("type", "importance", "event_time")
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -226,10 +238,13 @@ async def edit(request: Request, namespace: str, memory_id: MemoryId) -> Respons
     memory = _memory(request, namespace, memory_id)
     here = console(request)
     try:
+        changes = _changes(memory, form)
+        if not changes:  # saved as it was shown: nothing to record
+            return see_other_saying(request, f"/ui/memories/{namespace}/{memory_id}", NO_CHANGE)
         done = here.store.edit(
             namespace,
             memory_id,
-            _changes(memory, form),
+            changes,
             now=here.clock(),
             expected_version=_version(form),
             by=_by(request),
@@ -239,7 +254,7 @@ async def edit(request: Request, namespace: str, memory_id: MemoryId) -> Respons
         return _memory_page(request, memory, error=what, status_code=422)
     except (NotActive, VersionConflict) as exc:
         return _memory_page(request, memory, error=str(exc), status_code=409)
-    told = f"saved as record #{done.record_id}" if done.record_id else "nothing changed"
+    told = f"saved as record #{done.record_id}" if done.record_id else NO_CHANGE
     return see_other_saying(request, f"/ui/memories/{namespace}/{memory_id}", told)
 
 

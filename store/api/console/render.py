@@ -3,8 +3,10 @@ words and change kinds in words (pure)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from jinja2 import Environment
 
@@ -46,6 +48,12 @@ def request_badge(status: str) -> str:
     return {"done": "applied", "failed": "failed"}.get(status, "planned")
 
 
+def json_text(value: Any) -> str:
+    """A value as JSON text to show and edit: characters as they are (the template escapes
+    them for HTML), where ``tojson`` writes ``<`` as ``\\u003c``."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
 def install_filters(env: Environment) -> None:
     env.filters["plural"] = plural
     env.filters["label"] = label
@@ -55,3 +63,4 @@ def install_filters(env: Environment) -> None:
     env.filters["duration"] = duration
     env.filters["money"] = money
     env.filters["bars"] = bars
+    env.filters["json_text"] = json_text
