@@ -40,6 +40,15 @@ SEARCH_K = 20
 PAGE = 50
 
 
+def _absent(stored: list[str], namespace: str) -> list[str]:
+    """Why an empty page is empty when its namespace holds no memory at all (a misspelt
+    name looks like an empty namespace otherwise)."""
+    if namespace in stored:
+        return []
+    known = ", ".join(stored[:20]) + (" ..." if len(stored) > 20 else "") or "none"
+    return [f"namespace {namespace!r} holds no memories (namespaces with memories: {known})"]
+
+
 def _filters(request: Request) -> dict[str, str]:
     names = ("q", "type", "tag", "since", "until", "status", "cursor")
     return {n: request.query_params.get(n, "").strip() for n in names}
@@ -88,6 +97,10 @@ def memories(request: Request, namespace: str | None = None) -> Response:
         problems = [f"{where}: {what}" for where, what in exc.problems]
     except VectorIndexError as exc:
         problems = [f"the vector index is unavailable: {exc}"]
+    if not listed and not hits and not problems:
+        problems = _absent(here.store.db.memories.namespaces(), ns)
+    if ns not in choices:
+        choices = [ns, *choices]  # the picker shows what is shown
     more = None
     if next_cursor is not None:
         more = urlencode({**{k: v for k, v in wanted.items() if v}, "namespace": ns}) + (

@@ -694,3 +694,18 @@ def test_console_dream_now_only_for_the_viewer_namespaces_and_with_csrf(keyed: S
     assert "api:b" not in status  # another namespace's request is not shown
     assert 'action="/ui/status/dream/a"' in status
     assert 'action="/ui/status/dream/b"' not in status
+
+
+def test_console_namespace_without_memories_says_so_rather_than_looking_empty(
+    open_: Store,
+) -> None:
+    with client(open_) as web:
+        page = web.get("/ui/memories?namespace=nope").text
+        searched = web.get("/ui/memories?namespace=nope&q=tea").text
+        home = web.get("/ui/memories?namespace=a").text
+    for shown in (page, searched):
+        assert (
+            "namespace &#39;nope&#39; holds no memories (namespaces with memories: a, b)" in shown
+        )
+        assert '<option value="nope" selected>' in shown
+    assert "holds no memories" not in home
