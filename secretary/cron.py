@@ -92,6 +92,11 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> CronTrigger:
     Days are read as cron reads them, except that restricting both the day of the month and
     the day of the week is refused: cron fires when either matches, APScheduler when both do.
     """
+    odd = next((c for c in expression if not c.isascii()), None)
+    if odd is not None:  # Python reads full-width digits (U+FF10-FF19) as digits
+        raise InvalidCron(
+            expression, f"{odd!r} (U+{ord(odd):04X}) is not ASCII: write the digits 0-9"
+        )
     text = SHORTCUTS.get(expression.strip().lower(), expression)
     fields = text.split()
     if len(fields) != 5:

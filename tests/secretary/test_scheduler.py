@@ -104,6 +104,7 @@ def test_cron_trigger_time_zone_reads_hours_locally() -> None:
         ("a b c d e", "the minute field 'a' is not valid"),
         ("0 0 32 * mon", "the day-of-month field '32' is not valid"),
         ("0 2 1 * xyz", "'xyz' is not a day of the week"),
+        ("0 \uff13 * * *", "'\uff13' \\(U\\+FF13\\) is not ASCII"),  # a full-width 3
     ],
 )
 def test_validate_cron_bad_expression_raises_clear_error(expression: str, message: str) -> None:
