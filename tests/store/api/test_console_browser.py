@@ -224,6 +224,12 @@ def test_browser_approve_applies_a_pending_plan(world: World) -> None:
     assert record.status == "applied"
     active = [m.content for m in world.store.db.memories.many("zoe", range(1, 100))]
     assert any(text.startswith("Summary: Zoe went hiking") for text in active)
+    # The plan's page and the applying run's page lead to each other.
+    applied = record.stats["applied_as"]
+    page.goto(f"{world.url}/ui/runs/{world.plan_id}")
+    page.click(f"dd >> a[href='/ui/runs/{applied}']")
+    page.wait_for_url(re.compile(rf".*/ui/runs/{applied}$"))
+    assert page.locator(f"dd >> a[href='/ui/runs/{world.plan_id}']").count() == 1
     page.context.close()
 
 
