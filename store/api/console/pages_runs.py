@@ -159,7 +159,8 @@ def _undo_page(
     """The undo page: a plan with its dependents, a cascade's parts, or why it was refused."""
     parts: tuple[UndoPlan, ...] = context.get("parts") or ()
     runs = {r.id: r for r in console(request).store.db.records.many(p.record_id for p in parts)}
-    shown = {"plan": None, "error": None, "blocked": None, **context, "parts": parts, "runs": runs}
+    shown = {"plan": None, "error": None, "blocked": None, "cascading": None, **context}
+    shown |= {"parts": parts, "runs": runs}
     shown |= {"title": title, "record": record}
     return page(request, "undo.html", shown, status_code=status_code)
 
@@ -174,13 +175,26 @@ def undo_preview(request: Request, record_id: RecordId, cascade: bool = False) -
     except (AlreadyUndone, ForgetIsFinal, NothingToUndo) as exc:
         return _undo_page(request, record, title, error=str(exc))
     if not (cascade and plan.conflicts):
-        return _undo_page(request, record, title, plan=plan)
+        return _undo_page(request, record, title, plan=plan, cascading=_cascading(request, plan))
     try:
         parts = plan_cascade(here.store.db.writer, record_id, now=here.clock()).parts
     except UndoConflict as exc:  # a cascade cannot resolve it: say which run blocks it
         return _undo_page(request, record, title, plan=plan, blocked=exc)
     title = f"Undo run #{record_id} with its {plural(len(parts) - 1, 'dependent run')}?"
     return _undo_page(request, record, title, parts=parts)
+
+
+def _cascading(request: Request, plan: UndoPlan) -> int | None:
+    """How many later runs a cascade would undo with the plan's record: its dependents and
+    theirs, which the plan alone does not list. None when there is no cascade to offer."""
+    if not plan.dependents or any(d.final for d in plan.dependents):
+        return None
+    here = console(request)
+    try:
+        parts = plan_cascade(here.store.db.writer, plan.record_id, now=here.clock()).parts
+    except UndoConflict:
+        return None  # the cascade page says why
+    return len(parts) - 1
 
 
 @router.post("/ui/runs/{record_id}/undo")

@@ -709,3 +709,27 @@ def test_console_namespace_without_memories_says_so_rather_than_looking_empty(
         )
         assert '<option value="nope" selected>' in shown
     assert "holds no memories" not in home
+
+
+def test_console_undo_preview_counts_every_run_the_cascade_would_undo(open_: Store) -> None:
+    added = open_.add_memories("a", [{"content": "a: met Tom at the station"}], now=NOW)
+    tom = added.ids[0]
+    noted = open_.db.writer.apply(
+        "a",
+        "consolidator",
+        [
+            CreateMemory(key="n", content="a: Tom is a friend", type="fact", event_time=NOW),
+            CreateRelation(source="n", target=tom, type="derived_from", strength=1.0),
+        ],
+        now=NOW + timedelta(minutes=5),
+    )
+    (note,) = [m for m in open_.db.memories.after("a", tom, limit=10)]
+    # A later edit of the note depends on the run that made it, not on the ingest.
+    open_.edit("a", note.id, {"content": "a: Tom is an old friend"}, now=NOW + timedelta(hours=1))
+    with client(open_) as web:
+        page = web.get(f"/ui/runs/{added.record_id}/undo").text
+    dependents = page.split('<ol class="dependents">')[1].split("</ol>")[0]
+    assert dependents.count("<li data-record=") == 1  # the consolidator's run only
+    assert f"#{noted.record_id}" in dependents
+    assert "Undo with its 2 dependent runs" in page
+    assert "(the run above and those that depend on it)" in page
