@@ -174,14 +174,17 @@ class Store:
     # -- the use cases every front end shares ------------------------------------------------
 
     def search(self, request: SearchRequest, *, now: datetime) -> SearchResult:
-        """Search; unless ``request.reinforce`` is off, what was found counts as a recall.
+        """Search; unless ``request.reinforce`` is off, the hits at least
+        ``[reinforcement] min_relevance`` relevant count as a recall.
 
         Raise VectorIndexError only when the vector side fails in a way search cannot degrade
         around (it normally answers lexically and says so in ``degraded``).
         """
         result = self.searcher.search(request, now=now)
-        if request.reinforce and result.hits:
-            self.reinforcer.record((hit.memory.id for hit in result.hits), now)
+        floor = self.settings.reinforcement.min_relevance
+        recalled = [hit.memory.id for hit in result.hits if hit.breakdown.relevance >= floor]
+        if request.reinforce and recalled:
+            self.reinforcer.record(recalled, now)
         return result
 
     def add_memories(

@@ -217,6 +217,10 @@ class ReinforcementSettings(Section):
     # base_importance grows by this per recall, never beyond +max_boost over its original value.
     importance_step: float = Field(default=0.1, ge=0)
     max_boost: float = Field(default=2.0, ge=0)
+    # A hit less relevant than this (its breakdown's relevance, 0-1) is returned but not
+    # counted as a recall: a search for something absent must not strengthen what it brought
+    # back. The default is the agents' threshold (AGENT_MIN_SCORE); 0 counts every hit.
+    min_relevance: float = Field(default=AGENT_MIN_SCORE, ge=0, le=1)
 
 
 class StoreSettings(Section):
