@@ -14,7 +14,6 @@ from store.api.console.mount import ConsoleMount
 from store.api.console.ops import ConsoleOps
 from store.api.deps import ApiState
 from store.api.errors import install_error_handlers
-from store.api.job_metrics import JobMetrics
 from store.api.metrics import Metrics, MetricsMiddleware
 from store.api.openapi import install_openapi, single_valued_query
 from store.api.routes_dream import add_dream_routes
@@ -30,6 +29,7 @@ from store.clock import utc_now
 from store.coordination.dream_worker import Dreamer, DreamWorker
 from store.service import Store
 from store.status import UNKNOWN, StatusConfig
+from store.status.job_metrics import JobMetrics
 from store.vector.workers import IndexWorker, Warmer, settle_heap
 
 

@@ -131,7 +131,10 @@ class Searcher:
             return SearchResult(hits=())
         rows = ReadAhead(self._reads, request.namespace)
         evidence, degraded = self.evidence(request, rows, now=now)
-        degraded = (*degraded, *self._notes(request.namespace))
+        notes = self._notes(request.namespace)  # a rebuild or backlog explains missing vectors
+        if not (degraded or notes or any(seen.hits for seen in evidence.readings)):
+            degraded = self._vectorless(request)
+        degraded = (*degraded, *notes)
         ranked = rank(evidence, rows, request, self.settings, now=now)
         # A memory deactivated since it was ranked is left out, so a search may return fewer.
         views = self._memories.active(request.namespace, [r.memory_id for r in ranked])
@@ -206,9 +209,6 @@ class Searcher:
             hits, failed = answer()
             seen[index] = replace(seen[index], hits=hits)
             degraded = degraded or failed
-        vectors_asked = config.dense_candidates > 0 and among is None and broad is None
-        if vectors_asked and not degraded and not any(s.hits for s in seen):
-            degraded = self._vectorless(request.namespace, len(view))
         main, *also = seen
         evidence = Evidence(
             lexical=main.lexical,
@@ -224,10 +224,14 @@ class Searcher:
         )
         return evidence, degraded
 
-    def _vectorless(self, namespace: str, memories: int) -> tuple[str, ...]:
+    def _vectorless(self, request: SearchRequest) -> tuple[str, ...]:
         """Why an unfiltered search found no vector at all, if its namespace has memories
         and none of their vectors waits in the outbox: the index lost them (a Chroma
         directory restored without them, a collection deleted by hand)."""
+        namespace = request.namespace
+        if self.settings.dense_candidates <= 0 or not request.filters.empty:
+            return ()  # no vector asked for, or a filter that may rightly match none
+        memories = len(self.lexical_view(namespace))
         if memories == 0 or self._reads.pending_vectors(namespace, 0) is None:
             return ()
         return (

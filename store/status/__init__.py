@@ -10,6 +10,10 @@ Several daemons may act on a PostgreSQL store: ``daemons`` lists each live one w
 the others counted), ``daemon`` is the first, or the last seen when none runs. ``firings`` is the
 night in progress: each open firing's units done, running and left, and when it should end.
 
+``store.status.shape`` gives its JSON, ``store.status.job_metrics`` the jobs' part of /metrics
+(from the records and the status). The room imports the database, the coordination tables and
+the reads below it, never the API or the secretary above it.
+
 The store knows neither the jobs nor the LLM budget. The secretary passes them as a
 ``StatusConfig``: what each job reads past which watermarks, and the daily token budget. Without
 one the budget is unknown and only the jobs that have run are listed, with no backlog.

@@ -12,9 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
 from secretary.config import Settings
-from store.api import job_metrics
 from store.api.app import create_app
-from store.api.job_metrics import RecordFold
 from store.coordination.leases import Lease
 from store.database import Database
 from store.kinds import MemoryStatus, Outcome
@@ -22,7 +20,8 @@ from store.operations import CreateMemory, CreateRelation, SetStatus
 from store.schemas import LogIn, MemoryIn
 from store.service import Store
 from store.settings import ApiKey, ApiSettings
-from store.status import JobReads, StatusConfig
+from store.status import JobReads, StatusConfig, job_metrics
+from store.status.job_metrics import RecordFold
 from store.write.record_info import RecordInfo
 from store.write.undo import undo
 
