@@ -65,6 +65,15 @@ NOTES = [
     "(166 transactions committed), litellm 16 ms a call (5 calls) and the rest SQLAlchemy and "
     "the jobs' own Python; in the 100-namespace night the daemon spent 0.64 CPU-seconds per "
     "namespace. No single step dominates, which is why a 1 s model leaves two cores the bound.",
+    "n10000-d1-l1 has not run: preparing its store (2026-12-02, 3b02635; 10,000 namespaces of "
+    "100 memories, one Chroma collection each) stopped at about 485,000 of 1,000,000 vectors "
+    "(about 4,850 collections), when the Chroma server (chromadb 1.5.9) began to answer every "
+    "write with `Error in compaction: Failed to apply logs to the hnsw segment writer`. "
+    "Chroma's issues report the same error class on large stores, unresolved "
+    "(chroma-core/chroma#5366, #5517, #5552). Not investigated further: whether one Chroma "
+    "server can hold 10,000 namespaces as one collection each is an open question for a "
+    "10,000-user deployment, which may need several Chroma servers or fewer, shared "
+    "collections.",
 ]
 
 
