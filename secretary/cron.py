@@ -95,7 +95,8 @@ def cron_trigger(expression: str, timezone: ZoneInfo) -> CronTrigger:
     odd = next((c for c in expression if not c.isascii()), None)
     if odd is not None:  # Python reads full-width digits (U+FF10-FF19) as digits
         raise InvalidCron(
-            expression, f"{odd!r} (U+{ord(odd):04X}) is not ASCII: write the digits 0-9"
+            expression,
+            f"{odd!r} (U+{ord(odd):04X}) is not ASCII: cron takes digits 0-9, names, * , - /",
         )
     text = SHORTCUTS.get(expression.strip().lower(), expression)
     fields = text.split()

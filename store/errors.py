@@ -89,7 +89,8 @@ def _grouped(problems: list[tuple[str, str]]) -> list[str]:
 def _places(wheres: list[str]) -> str:
     """``line 1``, ``lines 1-3, 7`` (file lines as ranges), or the places listed."""
     numbers = [int(w[5:]) for w in wheres if w.startswith("line ") and w[5:].isdigit()]
-    if len(wheres) == 1 or len(numbers) != len(wheres):
+    if len(set(wheres)) == 1 or len(numbers) != len(wheres):
+        wheres = list(dict.fromkeys(wheres))
         listed = ", ".join(wheres[:10])
         return listed + (f" (and {len(wheres) - 10} more)" if len(wheres) > 10 else "")
     ranges: list[list[int]] = []

@@ -57,15 +57,17 @@ NamespaceArg = Annotated[
     str | None,
     Field(
         description="The namespace (one agent's or user's memories). Leave it out unless your "
-        "key has several namespaces (list_namespaces shows them); a tool given a memory's id "
-        "finds its namespace itself."
+        "key has several namespaces (list_namespaces shows them): left out, it is your key's "
+        "one namespace ('default' on a store without keys); a tool given a memory's id finds "
+        "its namespace itself."
     ),
 ]
 ForgetNamespaceArg = Annotated[
     str | None,
     Field(
         description="The namespace to erase from. Leave it out unless your key has several "
-        "namespaces (list_namespaces shows them): then it is required, ids included."
+        "namespaces (list_namespaces shows them): then it is required, ids included. Left "
+        "out, it is your key's one namespace ('default' on a store without keys)."
     ),
 ]
 MemoryId = Annotated[int, Field(ge=1, description="The memory's id.")]

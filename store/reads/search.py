@@ -181,16 +181,17 @@ class SearchReads:
 
     def pending_vectors(self, namespace: str, limit: int) -> list[int] | None:
         """Return the memories of ``namespace`` whose vectors the index has yet to write (the
-        outbox's upserts), oldest first; None when more than ``limit`` entries wait."""
+        outbox's upserts; a memory changed twice once), by id; None when more than ``limit``
+        memories wait."""
         query = (
             select(_OUTBOX.memory_id)
             .where(_OUTBOX.namespace == namespace, _OUTBOX.action == "upsert")
-            .order_by(_OUTBOX.id)
+            .distinct()
             .limit(limit + 1)
         )
         with self.engine.connect() as connection:
-            found = list(connection.execute(query).scalars())
-        return None if len(found) > limit else list(dict.fromkeys(found))
+            found = sorted(connection.execute(query).scalars())
+        return None if len(found) > limit else found
 
     def filtered_rows(
         self,

@@ -20,6 +20,7 @@ import numpy as np
 
 from store.reads.memories import MemoryReads
 from store.reads.search import SearchReads
+from store.requests import SearchFilters
 from store.search.query_shape import Vector
 from store.vector.index import VectorHit
 
@@ -41,17 +42,24 @@ class PendingVectors:
         self._lock = threading.Lock()
 
     def vectors(
-        self, namespace: str, among: frozenset[int] | None, embed: Embed
+        self,
+        namespace: str,
+        among: frozenset[int] | None,
+        filters: SearchFilters | None,
+        embed: Embed,
     ) -> dict[int, Vector]:
         """Return memory_id -> unit vector of the active memories of ``namespace`` (of
-        ``among``, if given) whose vectors the index has yet to write; {} when none wait, or
-        when more than PENDING_EMBEDDED do."""
+        ``among``, and passing ``filters``, if given: what the index itself would answer)
+        whose vectors the index has yet to write; {} when none wait, or when more than
+        PENDING_EMBEDDED do."""
         waiting = self._reads.pending_vectors(namespace, PENDING_EMBEDDED)
         if not waiting:
             return {}
         if among is not None:
             waiting = [mid for mid in waiting if mid in among]
         views = self._memories.active(namespace, waiting)
+        if filters is not None:
+            views = {mid: view for mid, view in views.items() if filters.matches(view)}
         keys = {mid: (namespace, mid, view.version) for mid, view in views.items()}
         with self._lock:
             found = {mid: self._kept[key] for mid, key in keys.items() if key in self._kept}

@@ -111,7 +111,8 @@ class Searcher:
         self.settings = settings
         self._monotonic = monotonic
         # What is known about a namespace's vector side (a rebuild pending, a backlog): cached
-        # by the caller (store.vector.health), so no SQL per search.
+        # by the caller (store.vector.health), so no health read per search (which memories
+        # of its namespace wait for their vectors is one indexed read, store.search.pending).
         self._notes = notes or _no_notes
         self._pending = PendingVectors(reads, memories)
         self._vector_failure: tuple[float, str] | None = None  # (retry after, reason)
@@ -165,7 +166,7 @@ class Searcher:
         view = self.lexical_view(request.namespace)
         embedded: dict[str, Vector] = {}  # a chat's readings share texts: each embedded once
         shape = self._weighed(shape, embedded)
-        waiting = self._waiting(request.namespace, among)
+        waiting = self._waiting(request.namespace, among, broad)
         answers = [
             self._vector_hits(
                 request, reading, config.dense_candidates, among, broad, embedded, waiting
@@ -293,14 +294,16 @@ class Searcher:
         return partial(self._answer, pending, vector, n, waiting)
 
     def _waiting(
-        self, namespace: str, among: frozenset[int] | None
+        self, namespace: str, among: frozenset[int] | None, broad: SearchFilters | None
     ) -> Future[dict[int, Vector]] | None:
         """Start embedding, beside the caller, the memories whose vectors the index has yet
-        to write (``store.search.pending``); None while the vector index is skipped."""
+        to write (``store.search.pending``) among those the vector query may return (``among``,
+        ``broad``); None while the vector index is skipped."""
         failure = self._vector_failure
         if failure is not None and self._monotonic() < failure[0]:
             return None
-        return self._beside.submit(self._pending.vectors, namespace, among, self._embed_documents)
+        embed = self._embed_documents
+        return self._beside.submit(self._pending.vectors, namespace, among, broad, embed)
 
     def _embed_documents(self, texts: list[str]) -> Vector:
         return self._index().embed_documents(texts)  # the index only if anything waits

@@ -96,17 +96,21 @@ def _install_session(app: FastAPI) -> None:
                 samesite="strict",
                 secure=request.url.scheme == "https",
             )
-        # Pages show memories: no caching by the browser or a proxy, no framing.
-        response.headers.setdefault("Cache-Control", "no-store")
-        response.headers.setdefault("X-Frame-Options", "DENY")
-        response.headers.setdefault("Referrer-Policy", "same-origin")
-        response.headers.setdefault(
-            "Content-Security-Policy",
-            # Bars are drawn with a width in a style attribute; no inline script runs.
-            "default-src 'self'; style-src-attr 'unsafe-inline'; img-src 'self' data:; "
-            "frame-ancestors 'none'; form-action 'self'",
-        )
-        return response
+        return _protected(response)
+
+
+def _protected(response: Response) -> Response:
+    """Pages show memories: no caching by the browser or a proxy, no framing."""
+    response.headers.setdefault("Cache-Control", "no-store")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    response.headers.setdefault(
+        "Content-Security-Policy",
+        # Bars are drawn with a width in a style attribute; no inline script runs.
+        "default-src 'self'; style-src-attr 'unsafe-inline'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'",
+    )
+    return response
 
 
 def _found(here: Console, value: str | None, now: datetime) -> Session | None:
@@ -152,7 +156,10 @@ def _install_errors(app: FastAPI) -> None:
             "the console failed on this page (the server log says why); a change commits "
             "whole or not at all: reload the page to see which"
         )
-        return page(request, "error.html", {"title": "Error", "what": what}, status_code=500)
+        # Sent from outside the session middleware: the headers are set here.
+        return _protected(
+            page(request, "error.html", {"title": "Error", "what": what}, status_code=500)
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -98,7 +98,8 @@ def memories(request: Request, namespace: str | None = None) -> Response:
     except VectorIndexError as exc:
         problems = [f"the vector index is unavailable: {exc}"]
     if not listed and not hits and not problems:
-        problems = _absent(here.store.db.memories.namespaces(), ns)
+        visible = [n for n in here.store.db.memories.namespaces() if who.allows(n)]
+        problems = _absent(visible, ns)  # never another key's namespaces
     if ns not in choices:
         choices = [ns, *choices]  # the picker shows what is shown
     more = None

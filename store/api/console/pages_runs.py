@@ -217,6 +217,7 @@ async def undo_run(request: Request, record_id: RecordId) -> Response:
             plan=plan,
             error=error,
             blocked=blocked,
+            cascading=None if cascade else _cascading(request, plan),
             status_code=409,
         )
     except NothingToUndo as exc:  # not a refusal: nothing was written, nothing had to be

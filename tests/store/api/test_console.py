@@ -558,6 +558,8 @@ def test_console_failure_is_an_error_page(open_: Store, monkeypatch: pytest.Monk
     assert response.status_code == 500
     assert "text/html" in response.headers["content-type"]
     assert "server log" in response.text
+    assert response.headers["cache-control"] == "no-store"  # as every page of the console
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
 
 
 def test_console_run_page_tells_updates_relations_and_traits(open_: Store) -> None:
@@ -733,3 +735,15 @@ def test_console_undo_preview_counts_every_run_the_cascade_would_undo(open_: Sto
     assert f"#{noted.record_id}" in dependents
     assert "Undo with its 2 dependent runs" in page
     assert "(the run above and those that depend on it)" in page
+
+
+def test_console_namespace_without_memories_names_only_the_viewer_s_others(tmp_path: Path) -> None:
+    key = ApiKey(key="key-ac-0123456789", namespaces=("a", "c"), name="agent a and c")
+    store = open_store(tmp_path / "scoped", (key,))
+    try:
+        with client(store) as web:
+            login(web, key.key)
+            page = web.get("/ui/memories?namespace=c").text
+    finally:
+        store.close()
+    assert "namespace &#39;c&#39; holds no memories (namespaces with memories: a)" in page

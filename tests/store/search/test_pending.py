@@ -164,3 +164,26 @@ def test_cosines_of_unit_vectors_with_any_query_length() -> None:
     found = cosines(np.array([3.0, 0.0], np.float32), vectors)
     assert found == pytest.approx({1: 1.0, 2: 0.6})
     assert cosines(np.zeros(2, np.float32), vectors) == {1: 0.0, 2: 0.0}
+
+
+def test_search_filtered_by_the_index_merges_only_waiting_memories_that_pass(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store.search import searcher as searcher_module
+
+    # Filters left to Chroma's `where` (too many memories would pass for SQL to list them).
+    monkeypatch.setattr(searcher_module, "FILTER_CANDIDATES", 0)
+    fact = {"content": "Caroline learned to bake bread from her grandmother.", "type": "fact"}
+    (kept,) = store.add_memories(NS, [fact], now=NOW).ids
+    store.indexer.sync()
+    request = SearchRequest(namespace=NS, query=ASKED, k=10, filters=SearchFilters(types=("fact",)))
+
+    def breakdown() -> tuple[float, float]:
+        (hit,) = [h for h in store.searcher.search(request, now=NOW).hits if h.memory.id == kept]
+        return hit.breakdown.dense, hit.score
+
+    # An event (it fails the filter) nearer the query than any fact: the index leaves it out.
+    store.add_memories(NS, [{"content": "Who showed Caroline how to make loaves?"}], now=NOW)
+    waiting = breakdown()
+    store.indexer.sync()
+    assert waiting == pytest.approx(breakdown(), abs=1e-4)  # as once indexed

@@ -289,7 +289,9 @@ def test_search_reads_nothing_of_the_index_s_health_while_the_snapshot_is_fresh(
     assert statements  # the search itself reads memories
     # Which memories of its namespace wait for their vectors is the search's own read
     # (store.search.pending), one indexed lookup; no count of the outbox, no rebuild state.
-    pending = "SELECT index_outbox.memory_id \nFROM index_outbox \nWHERE index_outbox.namespace = ?"
+    pending = (
+        "SELECT DISTINCT index_outbox.memory_id \nFROM index_outbox \nWHERE index_outbox.namespace"
+    )
     health_reads = [
         s
         for s in statements
