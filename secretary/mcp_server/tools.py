@@ -22,7 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictInt
 
 from secretary.client.aio import AsyncSecretaryClient
 from secretary.client.calls import (
@@ -70,11 +70,13 @@ ForgetNamespaceArg = Annotated[
         "out, it is your key's one namespace ('default' on a store without keys)."
     ),
 ]
-MemoryId = Annotated[int, Field(ge=1, description="The memory's id.")]
+# Strict: a JSON true is no id 1, nor a version or a count.
+MemoryId = Annotated[int, Field(ge=1, strict=True, description="The memory's id.")]
 Version = Annotated[
     int | None,
     Field(
         ge=1,
+        strict=True,
         description="The memory's version as you last read it (get_memory, list_memories): the "
         "change applies only if nobody changed the memory since, else it fails with 409. Leave "
         "it out to change whatever version is current.",
@@ -170,7 +172,9 @@ def memory_tools(connect: Connect) -> list[Tool]:
                 "conversation so far).",
             ),
         ],
-        k: Annotated[int, Field(ge=1, le=100, description="How many memories at most.")] = 10,
+        k: Annotated[
+            int, Field(ge=1, le=100, strict=True, description="How many memories at most.")
+        ] = 10,
         types: Types = None,
         tags: Tags = None,
         since: Since = None,
@@ -200,12 +204,13 @@ def memory_tools(connect: Connect) -> list[Tool]:
         (the user's life, preferences, plans, past conversations), and whenever the user asks
         what you remember. Searches long-term memory, best first: each hit is one line
         `#id type date score text` (the score is its relevance, 0-1, meaning the same in any
-        search). No hits means nothing stored is relevant to the question; a hit is not proof
-        that something is: a question about something never stored can still bring back a
-        weak hit sharing a word or a name with it, so check that a hit answers the question
-        before you rely on it. To apply what you know of the user to a request ("recommend a
-        restaurant"), search with min_score 0 and weigh the scores. detail=true gives each
-        hit's full score breakdown instead."""
+        search; the order also weighs importance, recency and the links between memories, so
+        a less relevant hit may come before a more relevant one). No hits means nothing stored
+        is relevant to the question; a hit is not proof that something is: a question about
+        something never stored can still bring back a weak hit sharing a word or a name with
+        it, so check that a hit answers the question before you rely on it. To apply what you
+        know of the user to a request ("recommend a restaurant"), search with min_score 0 and
+        weigh the scores. detail=true gives each hit's full score breakdown instead."""
         options: SearchOptions = {"k": k}
         _choose(options, types, tags, since, until)
         if min_score is not None:
@@ -233,7 +238,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
         ] = "event",
         tags: Annotated[list[str] | None, Field(description="Short labels.")] = None,
         importance: Annotated[
-            int | None, Field(ge=1, le=10, description="1-10; 5 if left out.")
+            int | None, Field(ge=1, le=10, strict=True, description="1-10; 5 if left out.")
         ] = None,
         timestamp: Annotated[
             str | None, Field(description="When it happened (ISO-8601); now if left out.")
@@ -334,7 +339,9 @@ def memory_tools(connect: Connect) -> list[Tool]:
         ] = None,
         since: Since = None,
         until: Until = None,
-        limit: Annotated[int, Field(ge=1, le=500, description="Memories per page.")] = 50,
+        limit: Annotated[
+            int, Field(ge=1, le=500, strict=True, description="Memories per page.")
+        ] = 50,
         cursor: Annotated[
             str | None, Field(description="next_cursor of the previous page, for the next one.")
         ] = None,
@@ -360,7 +367,9 @@ def memory_tools(connect: Connect) -> list[Tool]:
         content: Annotated[str | None, Field(min_length=1, description="New text.")] = None,
         type: Annotated[str | None, Field(description="New type.")] = None,
         tags: Annotated[list[str] | None, Field(description="New tags (replace all).")] = None,
-        importance: Annotated[int | None, Field(ge=1, le=10, description="New importance.")] = None,
+        importance: Annotated[
+            int | None, Field(ge=1, le=10, strict=True, description="New importance.")
+        ] = None,
         metadata: Annotated[
             dict[str, Any] | None, Field(description="New metadata (replaces it).")
         ] = None,
@@ -400,7 +409,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
     @_tool(tools, DESTROYS)
     async def forget_memories(
         ctx: Context,
-        ids: Annotated[list[int] | None, Field(description="These memories.")] = None,
+        ids: Annotated[list[StrictInt] | None, Field(description="These memories.")] = None,
         external_ids: Annotated[
             list[str] | None, Field(description="The memories with these external ids.")
         ] = None,

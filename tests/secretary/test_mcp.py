@@ -311,6 +311,9 @@ def test_mcp_refuses_what_it_would_otherwise_take_for_something_else(http_store:
                 ("add_memory", {"content": "Maya likes tea", "external_id": ""}, "external_id"),
                 ("add_memory", {"content": "Maya likes tea", "session_id": ""}, "session_id"),
                 ("forget_memories", {"types": ["Events"]}, "lowercase"),
+                ("get_memory", {"memory_id": True}, "memory_id"),  # JSON true is no id 1
+                ("forget_memories", {"ids": [True]}, "ids"),
+                ("search_memories", {"query": "tea", "k": True}, "k"),
                 ("list_memories", {"since": ""}, "since"),
                 (
                     "search_memories",
