@@ -134,7 +134,7 @@ class Searcher:
         evidence, degraded = self.evidence(request, rows, now=now)
         notes = self._notes(request.namespace)  # a rebuild or backlog explains missing vectors
         if not (degraded or notes or any(seen.hits for seen in evidence.readings)):
-            degraded = self._vectorless(request)
+            degraded = self._vectorless(request) or self._empty(request.namespace)
         degraded = (*degraded, *notes)
         ranked = rank(evidence, rows, request, self.settings, now=now)
         # A memory deactivated since it was ranked is left out, so a search may return fewer.
@@ -240,6 +240,13 @@ class Searcher:
             "(results are lexical only): `secretary index verify` tells, `secretary index "
             "rebuild` rebuilds it from SQL",
         )
+
+    def _empty(self, namespace: str) -> tuple[str, ...]:
+        """A namespace that holds no memory at all says so: a misspelt name would otherwise
+        look like a search that found nothing."""
+        if len(self.lexical_view(namespace)):
+            return ()
+        return (f"namespace {namespace!r} holds no memories",)
 
     def lexical_view(self, namespace: str) -> LexicalView:
         """Return the namespace's BM25 index, brought up to the namespace's current revision."""

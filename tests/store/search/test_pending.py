@@ -187,3 +187,10 @@ def test_search_filtered_by_the_index_merges_only_waiting_memories_that_pass(
     waiting = breakdown()
     store.indexer.sync()
     assert waiting == pytest.approx(breakdown(), abs=1e-4)  # as once indexed
+
+
+def test_search_of_a_namespace_without_memories_says_so(store: Store) -> None:
+    request = SearchRequest(namespace="nobdy", query="the puppy", k=3)  # a misspelt name
+    result = store.searcher.search(request, now=NOW)
+    assert result.hits == ()
+    assert result.degraded == ("namespace 'nobdy' holds no memories",)
