@@ -306,9 +306,11 @@ def memory_tools(connect: Connect) -> list[Tool]:
     ) -> HandedOver:
         """Call it at the end of a conversation, or every few turns of a long one, with the
         turns so far (or since your last call): the memory's own extractor later picks out
-        what is worth remembering, so you need not call add_memory for each thing said.
-        Sending a turn again stores nothing new. Returns the turns' log line ids, the new ones,
-        and the dream request's id when dream=true."""
+        what is worth remembering, so you need not call add_memory for each thing said (only
+        where the store's operator configured a model for it: without one the turns are kept
+        and nothing is extracted, so store what must be remembered with add_memory). Sending
+        a turn again stores nothing new. Returns the turns' log line ids, the new ones, and
+        the dream request's id when dream=true."""
         lines = [{"session_id": session_id, **turn.model_dump(exclude_none=True)} for turn in turns]
         with refusals():
             client = connect(ctx)
