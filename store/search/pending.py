@@ -39,6 +39,7 @@ class PendingVectors:
         self._reads = reads
         self._memories = memories
         self._kept: OrderedDict[tuple[str, int, int], Vector] = OrderedDict()
+        self._namespaces: set[str] = set()  # those with embeddings kept: most have none
         self._lock = threading.Lock()
 
     def vectors(
@@ -53,6 +54,7 @@ class PendingVectors:
         whose vectors the index has yet to write; {} when none wait, or when more than
         PENDING_EMBEDDED do."""
         waiting = self._reads.pending_vectors(namespace, PENDING_EMBEDDED)
+        self._drop_others(namespace, waiting or ())
         if not waiting:
             return {}
         if among is not None:
@@ -73,9 +75,23 @@ class PendingVectors:
             with self._lock:
                 for mid, vector in zip(missing, unit, strict=True):
                     found[mid] = self._kept[keys[mid]] = vector
+                self._namespaces.add(namespace)
                 while len(self._kept) > KEPT_EMBEDDINGS:
                     self._kept.popitem(last=False)
         return found
+
+    def _drop_others(self, namespace: str, waiting: Sequence[int]) -> None:
+        """Let go of the embeddings of the namespace's memories that no longer wait (indexed,
+        or forgotten: an erased memory's vector must not outlive it here)."""
+        still = set(waiting)
+        with self._lock:
+            if namespace not in self._namespaces:
+                return
+            gone = [k for k in self._kept if k[0] == namespace and k[1] not in still]
+            for key in gone:
+                del self._kept[key]
+            if not any(k[0] == namespace for k in self._kept):
+                self._namespaces.discard(namespace)
 
 
 def cosines(query: Vector, vectors: Mapping[int, Vector]) -> dict[int, float]:

@@ -194,3 +194,15 @@ def test_search_of_a_namespace_without_memories_says_so(store: Store) -> None:
     result = store.searcher.search(request, now=NOW)
     assert result.hits == ()
     assert result.degraded == ("namespace 'nobdy' holds no memories",)
+
+
+def test_search_keeps_no_embedding_of_a_memory_once_forgotten(store: Store) -> None:
+    from store.write.forget import ForgetSelection
+
+    (new,) = store.add_memories(NS, [{"content": NEW}], now=NOW).ids
+    assert _hit(store, ASKED, new) is not None  # embedded by the search, and kept
+    kept = store.searcher._pending._kept  # what this process holds of the waiting memories
+    assert [key[1] for key in kept] == [new]
+    store.forget(NS, ForgetSelection(ids=(new,)), now=NOW)
+    _hit(store, ASKED, new)
+    assert [key[1] for key in kept] == []  # erased content leaves no vector behind here
