@@ -134,7 +134,7 @@ class Searcher:
         evidence, degraded = self.evidence(request, rows, now=now)
         notes = self._notes(request.namespace)  # a rebuild or backlog explains missing vectors
         if not (degraded or notes or any(seen.hits for seen in evidence.readings)):
-            degraded = self._vectorless(request) or self._empty(request.namespace)
+            degraded = self._vectorless(request)
         degraded = (*degraded, *notes)
         ranked = rank(evidence, rows, request, self.settings, now=now)
         # A memory deactivated since it was ranked is left out, so a search may return fewer.
@@ -226,27 +226,23 @@ class Searcher:
         return evidence, degraded
 
     def _vectorless(self, request: SearchRequest) -> tuple[str, ...]:
-        """Why an unfiltered search found no vector at all, if its namespace has memories
-        and none of their vectors waits in the outbox: the index lost them (a Chroma
+        """Why a search found no vector at all: its namespace holds no memory (a misspelt name
+        would look like a search that found nothing), or, unfiltered, none of its memories'
+        vectors is in the index and none waits in the outbox: the index lost them (a Chroma
         directory restored without them, a collection deleted by hand)."""
         namespace = request.namespace
+        memories = len(self.lexical_view(namespace))
+        if memories == 0:
+            return (f"namespace {namespace!r} holds no memories",)
         if self.settings.dense_candidates <= 0 or not request.filters.empty:
             return ()  # no vector asked for, or a filter that may rightly match none
-        memories = len(self.lexical_view(namespace))
-        if memories == 0 or self._reads.pending_vectors(namespace, 0) is None:
+        if self._reads.pending_vectors(namespace, 0) is None:
             return ()
         return (
             f"the vector index holds no vectors for this namespace's {memories:,} memories "
             "(results are lexical only): `secretary index verify` tells, `secretary index "
             "rebuild` rebuilds it from SQL",
         )
-
-    def _empty(self, namespace: str) -> tuple[str, ...]:
-        """A namespace that holds no memory at all says so: a misspelt name would otherwise
-        look like a search that found nothing."""
-        if len(self.lexical_view(namespace)):
-            return ()
-        return (f"namespace {namespace!r} holds no memories",)
 
     def lexical_view(self, namespace: str) -> LexicalView:
         """Return the namespace's BM25 index, brought up to the namespace's current revision."""
