@@ -13,12 +13,10 @@ client for the caller of this request (the front end decides whose key that is).
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar, cast
 
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import CallToolResult, ToolAnnotations
@@ -35,7 +33,6 @@ from secretary.client.calls import (
     MemoryChanges,
     SearchOptions,
 )
-from secretary.client.errors import SecretaryError
 from secretary.client.models import (
     Deleted,
     Edited,
@@ -43,6 +40,16 @@ from secretary.client.models import (
     Memory,
     Namespace,
     Page,
+)
+from secretary.mcp_server.refusals import (
+    EDIT,
+    FORGET,
+    LISTING,
+    ONE_ITEM,
+    SEARCH,
+    TURNS,
+    ToolOfArgs,
+    refusals,
 )
 from secretary.mcp_server.shapes import Found, HandedOver, Turn, compact
 
@@ -102,15 +109,6 @@ Metadata = Annotated[
 ]
 
 
-@contextmanager
-def refusals() -> Iterator[None]:
-    """Turn the API's refusals into tool errors that carry its message and problems."""
-    try:
-        yield
-    except SecretaryError as exc:
-        raise ToolError(str(exc)) from None
-
-
 def _choose(
     chosen: Filters,
     types: list[str] | None,
@@ -142,7 +140,7 @@ def _tool(tools: list[Tool], hints: ToolAnnotations) -> Callable[[ToolFn], ToolF
             return compact(await cast(Callable[..., Awaitable[Any]], fn)(*args, **kwargs))
 
         description = inspect.cleandoc(fn.__doc__ or "")
-        tool = Tool.from_function(answered, description=description, annotations=hints)
+        tool = ToolOfArgs.from_function(answered, description=description, annotations=hints)
         loose = tool.fn_metadata.arg_model
         strict = cast(
             type[ArgModelBase],
@@ -217,7 +215,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
             options["min_score"] = min_score
         if namespace is not None:
             options["namespace"] = namespace
-        with refusals():
+        with refusals(SEARCH):
             recall = await connect(ctx).recall(query, detail=detail, **options)
         hits = list(recall.hits) if detail else [hit.line for hit in recall.hits]
         found: Found = {"hits": hits}
@@ -274,7 +272,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
         # None is "not given"; anything else (an empty external_id too) goes to the API.
         item = {"content": content, "pinned": pinned}
         item |= {k: v for k, v in given.items() if v is not None}
-        with refusals():
+        with refusals(ONE_ITEM):
             client = connect(ctx)
             added = await client.add_memories([item], namespace=namespace)
             return await client.get(added.ids[0], namespace=namespace)
@@ -312,7 +310,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
         a turn again stores nothing new. Returns the turns' log line ids, the new ones, and
         the dream request's id when dream=true."""
         lines = [{"session_id": session_id, **turn.model_dump(exclude_none=True)} for turn in turns]
-        with refusals():
+        with refusals(TURNS):
             client = connect(ctx)
             added = await client.add_logs(lines, namespace=namespace)
             handed: HandedOver = {"ids": list(added.ids), "created": list(added.created)}
@@ -358,7 +356,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
             options["statuses"] = statuses
         if namespace is not None:
             options["namespace"] = namespace
-        with refusals():
+        with refusals(LISTING):
             return await connect(ctx).list_memories(cursor, **options)
 
     @_tool(tools, WRITES)
@@ -392,7 +390,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
             "pinned": pinned,
         }
         changes = cast(MemoryChanges, {k: v for k, v in given.items() if v is not None})
-        with refusals():
+        with refusals(EDIT):
             return await connect(ctx).update(
                 memory_id, version=version, namespace=namespace, **changes
             )
@@ -405,7 +403,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
         it for good. It leaves search and lists at once; an operator can undo it until
         retention purges it (after the undo window). To erase content for good, use
         forget_memories."""
-        with refusals():
+        with refusals(EDIT):
             return await connect(ctx).delete(memory_id, version=version, namespace=namespace)
 
     @_tool(tools, DESTROYS)
@@ -474,7 +472,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
             lines["keys"] = keys
         if match:
             lines["match"] = match
-        with refusals():
+        with refusals(FORGET):
             return await connect(ctx).forget(
                 ids=ids or (),
                 external_ids=external_ids or (),

@@ -328,3 +328,51 @@ def test_mcp_refuses_what_it_would_otherwise_take_for_something_else(http_store:
 
     with live_server(http_app(http_store)) as url:
         asyncio.run(run(url))
+
+
+def test_mcp_errors_name_the_tools_own_arguments(http_store: Store) -> None:
+    """An agent knows the tool's arguments, not the HTTP request behind it: a refusal names
+    ``types[0]``, not ``query.type.0``; ``version``, not ``header.if-match``."""
+
+    async def run(url: str) -> None:
+        async with over_http(url, KEY_A) as client:
+            tea = ok(await client.call_tool("add_memory", {"content": "Maya likes green tea"}))
+            turn = {"role": "user", "content": "hi", "timestamp": "soon"}
+            fine = {**turn, "timestamp": "2026-03-01T18:30:00Z"}
+            for name, arguments, said in (
+                ("search_memories", {"query": "  "}, "(query: must not be blank"),
+                ("search_memories", {"query": "tea", "types": ["A B"]}, "(types[0]: must be"),
+                ("add_memory", {"content": "x", "type": "A B"}, "(type: must be"),
+                ("add_memory", {"content": "x", "tags": ["ok", ""]}, "(tags[1]: String"),
+                ("add_memory", {"content": "x", "metadata": {"a": "b" * 20000}}, "(metadata takes"),
+                ("add_conversation", {"session_id": "s", "turns": [turn]}, "(turns[0].timestamp:"),
+                ("add_conversation", {"session_id": "s" * 300, "turns": [fine]}, "(session_id:"),
+                ("add_conversation", {"session_id": "s", "turns": [{"role": "user"}]}, "turns[0]"),
+                ("list_memories", {"statuses": ["gone"]}, "(statuses[0]: Input should be"),
+                ("update_memory", {"memory_id": tea["id"], "event_time": "x"}, "(event_time:"),
+                (
+                    "update_memory",
+                    {"memory_id": tea["id"], "version": 5, "pinned": True},
+                    "(version: now",
+                ),
+                ("delete_memory", {"memory_id": tea["id"], "version": 5}, "(version: now at"),
+                ("forget_memories", {"tags": [""]}, "(tags[0]: String"),
+                ("forget_memories", {"log_until": "x"}, "(log_until: Input should be"),
+                ("forget_memories", {"sessions": [""]}, "(sessions[0]: String"),
+                ("forget_memories", {}, "say what to erase: ids, external_ids, types"),
+                ("search_memories", {"query": "tea", "min_scor": 1}, "min_scor: not an argument"),
+            ):
+                message = refused(await client.call_tool(name, arguments))
+                assert said in message, (name, arguments, message)
+                for internal in (
+                    "query.",
+                    "body.",
+                    "path.",
+                    "header.",
+                    "items.",
+                    "errors.pydantic",
+                ):
+                    assert internal not in message, (name, arguments, message)
+
+    with live_server(http_app(http_store)) as url:
+        asyncio.run(run(url))
