@@ -474,4 +474,11 @@ def in_process_dreamer(store: Store, settings: Settings) -> Dreamer:
         poll_seconds=schedule.poll_seconds,
         lease_seconds=schedule.lease_seconds,
         stop_timeout_seconds=schedule.stop_timeout_seconds,
+        unable=None if settings.llm.model else NO_MODEL,
     )
+
+
+NO_MODEL = (
+    "no model is configured ([llm] model): the jobs that need one, the extractor among them, "
+    "are skipped, so conversation turns are kept but no memories are extracted from them"
+)

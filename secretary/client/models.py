@@ -307,6 +307,8 @@ class DreamAccepted:
     id: int  # the first request; the only one unless the key has several namespaces
     ids: tuple[int, ...]
     daemon_running: bool
+    # Why the dream will do less than asked (the server runs it and has no model); None if not.
+    note: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,6 +45,7 @@ class HandedOver(TypedDict):
     ids: list[int]
     created: list[int]
     dream_request: NotRequired[int]
+    dream_note: NotRequired[str]  # why the dream will not extract (no model configured)
 
 
 def compact(value: Any) -> CallToolResult:

@@ -308,14 +308,18 @@ def memory_tools(connect: Connect) -> list[Tool]:
         where the store's operator configured a model for it: without one the turns are kept
         and nothing is extracted, so store what must be remembered with add_memory). Sending
         a turn again stores nothing new. Returns the turns' log line ids, the new ones, and
-        the dream request's id when dream=true."""
+        the dream request's id when dream=true (and dream_note, saying why, when the dream
+        will extract nothing)."""
         lines = [{"session_id": session_id, **turn.model_dump(exclude_none=True)} for turn in turns]
         with refusals(TURNS):
             client = connect(ctx)
             added = await client.add_logs(lines, namespace=namespace)
             handed: HandedOver = {"ids": list(added.ids), "created": list(added.created)}
             if dream:
-                handed["dream_request"] = (await client.dream(namespace=namespace)).id
+                accepted = await client.dream(namespace=namespace)
+                handed["dream_request"] = accepted.id
+                if accepted.note:
+                    handed["dream_note"] = accepted.note
         return handed
 
     @_tool(tools, READS)

@@ -47,6 +47,9 @@ class DreamAcceptedOut(BaseModel):
     id: int  # the first request; the only one unless the key has several namespaces
     ids: list[int]
     daemon_running: bool
+    # Why the dream will do less than asked: this server runs it (no daemon runs) and has no
+    # model for the jobs that need one.
+    note: str | None = None
 
 
 class DreamOutcomeOut(BaseModel):
@@ -136,7 +139,10 @@ def add_dream_routes(app: FastAPI, dreamer: Dreamer | None) -> None:
             for target in _namespaces(caller, namespace)
         ]
         running = bool(live_daemons(state.store.engine, now))
-        return {"id": ids[0], "ids": ids, "daemon_running": running}
+        # A running daemon takes the request with its own configuration: nothing to say of it.
+        here = dreamer is not None and dreamer.run is not None and not running
+        note = dreamer.unable if here and dreamer is not None else None
+        return {"id": ids[0], "ids": ids, "daemon_running": running, "note": note}
 
     @app.get(
         "/v1/dream/{request_id}",

@@ -41,6 +41,9 @@ class Dreamer:
     poll_seconds: float = 5.0
     lease_seconds: float = 60.0
     stop_timeout_seconds: float = 60.0
+    # Why the jobs that need a model cannot run here (none configured), for whoever asks for
+    # a dream that this process would run; None when they can.
+    unable: str | None = None
 
 
 def run_pending(

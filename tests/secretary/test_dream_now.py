@@ -156,6 +156,7 @@ def test_dream_no_wait_and_post_dream_are_run_by_the_daemon(
     accepted = httpx.post(f"{api}/v1/dream?namespace=maya", json={"jobs": ["linker"]}, timeout=WAIT)
     assert accepted.status_code == 202
     assert accepted.json()["daemon_running"] is True
+    assert accepted.json()["note"] is None  # the daemon runs it, with its own configuration
     second = until(lambda: _finished(f"{api}/v1/dream/{accepted.json()['id']}"), "request")
     assert [(o["namespace"], o["job"]) for o in second["outcomes"]] == [("maya", "linker")]
 

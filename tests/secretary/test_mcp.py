@@ -376,3 +376,21 @@ def test_mcp_errors_name_the_tools_own_arguments(http_store: Store) -> None:
 
     with live_server(http_app(http_store)) as url:
         asyncio.run(run(url))
+
+
+def test_mcp_dream_without_a_model_says_nothing_will_be_extracted(http_store: Store) -> None:
+    """The agent asked for a dream to turn the turns into memories: on a server without a
+    model the answer says that will not happen (the turns are kept), not only the log."""
+    turn = {"role": "user", "content": "I adopted a cat", "timestamp": "2026-03-01T18:30:00Z"}
+
+    async def run(url: str) -> dict[str, Any]:
+        async with over_http(url, KEY_A) as client:
+            asked = {"session_id": "chat-1", "turns": [turn], "dream": True}
+            return ok(await client.call_tool("add_conversation", asked))
+
+    with live_server(http_app(http_store)) as url:
+        handed = asyncio.run(run(url))
+    assert handed["created"] == handed["ids"]
+    assert handed["dream_request"] >= 1
+    assert "no model is configured ([llm] model)" in handed["dream_note"]
+    assert "no memories are extracted" in handed["dream_note"]

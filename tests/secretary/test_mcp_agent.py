@@ -149,6 +149,7 @@ def test_mcp_conversation_handed_over_dreamt_and_found(
     assert len(first["ids"]) == 2
     assert first["created"] == first["ids"]
     assert "dream_request" not in first
+    assert "dream_note" not in again  # a model is configured: the dream extracts
     # Handing the same turns over again stores nothing new.
     assert (again["ids"], again["created"]) == (first["ids"], [])
     assert request.namespace == "a"

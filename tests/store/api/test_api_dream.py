@@ -69,7 +69,7 @@ def test_post_dream_without_daemon_queues_a_request_for_every_namespace(store: S
 
     assert response.status_code == 202
     body = response.json()
-    assert body == {"id": 1, "ids": [1], "daemon_running": False}
+    assert body == {"id": 1, "ids": [1], "daemon_running": False, "note": None}
     request = store.db.dream_requests.get(1)
     assert request is not None
     assert (request.namespace, request.jobs, request.retry_quarantined, request.status) == (
