@@ -446,7 +446,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
         ] = None,
         match: Annotated[
             list[str] | None,
-            Field(description="Conversation log lines whose text holds one of these, any case."),
+            Field(description="Log lines whose text holds one of these, any case."),
         ] = None,
         confirm: Annotated[
             bool,
@@ -458,11 +458,12 @@ def memory_tools(connect: Connect) -> list[Tool]:
         namespace: ForgetNamespaceArg = None,
     ) -> ForgetResult:
         """Call it only when the user asks you to forget something for good ("forget that",
-        "delete everything about X"). Erases memories everywhere: text, history, index.
-        Conversation log lines go by sessions, log_since/log_until, keys and match (the lines
-        meeting all of those given), with the memories extracted from them. Cannot be undone.
-        Call it first without confirm to see what would go, and only with confirm=true once
-        that is what the user asked for."""
+        "delete everything about X"). Erases memories everywhere: text, history, index. Memories
+        go by ids (for everything about X: search_memories for X with min_score 0, then the ids
+        of the hits about it), external_ids or the filters; log lines by sessions, log_since /
+        log_until, keys and match (lines meeting all given; match reads lines, not memories),
+        with what was extracted from them. Cannot be undone. Call it first without confirm to
+        see what would go, and only with confirm=true once that is what the user asked for."""
         chosen: ForgetFilter = {}
         _choose(chosen, types, tags, since, until)
         lines: LogFilter = {}
