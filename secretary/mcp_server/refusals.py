@@ -76,7 +76,7 @@ def _argument(parts: list[str], renamed: Mapping[str, str]) -> str:
         head, rest = (parts[0], parts[1:]) if parts else ("", [])
     for part in rest:
         head += f"[{part}]" if part.isdigit() else f".{part}"
-    return head
+    return head.removeprefix(".")  # a field within a part renamed to nothing (forget's filter)
 
 
 # Where each tool's arguments sit in its requests .
