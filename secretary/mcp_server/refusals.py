@@ -82,7 +82,7 @@ def _argument(parts: list[str], renamed: Mapping[str, str]) -> str:
 # Where each tool's arguments sit in its requests .
 FILTERS = {"type": "types", "tag": "tags"}
 SEARCH = Arguments(renamed={"q": "query", **FILTERS})
-ONE_ITEM = Arguments(items="")
+ONE_ITEM = Arguments(items="", renamed={"timestamp": "event_time"})
 TURNS = Arguments(items="turns", outer=frozenset({"session_id"}))
 LISTING = Arguments(renamed={**FILTERS, "status": "statuses"})
 EDIT = Arguments(renamed={"if-match": "version"})

@@ -238,7 +238,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
         importance: Annotated[
             int | None, Field(ge=1, le=10, strict=True, description="1-10; 5 if left out.")
         ] = None,
-        timestamp: Annotated[
+        event_time: Annotated[
             str | None, Field(description="When it happened (ISO-8601); now if left out.")
         ] = None,
         metadata: Metadata = None,
@@ -264,7 +264,7 @@ def memory_tools(connect: Connect) -> list[Tool]:
             "type": type,
             "tags": tags,
             "importance": importance,
-            "timestamp": timestamp,
+            "timestamp": event_time,  # the API's name for it on the way in
             "metadata": metadata,
             "external_id": external_id,
             "session_id": session_id,

@@ -97,7 +97,6 @@ async def tour(client: Client, others_memory: int) -> None:
     )
     assert (cat["namespace"], cat["version"], cat["tags"]) == ("a", 1, ["pets"])
     tea = ok(await client.call_tool("add_memory", {"content": "Maya likes green tea"}))
-
     # min_score 0: the hits themselves (the store's embedder hashes words: no real cosines)
     question = {"query": "what is the cat called?", "min_score": 0}
     found = ok(await client.call_tool("search_memories", question))
@@ -166,6 +165,12 @@ async def tour(client: Client, others_memory: int) -> None:
     assert others_memory not in ids_of(searched)
     listed = ok(await client.call_tool("list_namespaces", {}))["result"]
     assert [n["namespace"] for n in listed] == ["a"]
+
+    # The time a memory is about goes in by the name it comes out with (get_memory) and is
+    # changed with (update_memory): event_time.
+    when = {"content": "Maya ran a 10k", "event_time": "2026-03-01T08:00:00Z"}
+    ran = ok(await client.call_tool("add_memory", when))
+    assert ran["event_time"].startswith("2026-03-01T08:00:00")
 
 
 def open_store(data_dir: Path, **kwargs: Any) -> Store:
@@ -343,6 +348,7 @@ def test_mcp_errors_name_the_tools_own_arguments(http_store: Store) -> None:
                 ("search_memories", {"query": "  "}, "(query: must not be blank"),
                 ("search_memories", {"query": "tea", "types": ["A B"]}, "(types[0]: must be"),
                 ("add_memory", {"content": "x", "type": "A B"}, "(type: must be"),
+                ("add_memory", {"content": "x", "event_time": "soon"}, "(event_time: Input"),
                 ("add_memory", {"content": "x", "tags": ["ok", ""]}, "(tags[1]: String"),
                 ("add_memory", {"content": "x", "metadata": {"a": "b" * 20000}}, "(metadata takes"),
                 ("add_conversation", {"session_id": "s", "turns": [turn]}, "(turns[0].timestamp:"),

@@ -18,6 +18,7 @@ from secretary.mcp_server.refusals import EDIT, FORGET, LISTING, ONE_ITEM, SEARC
         (EDIT, "path.memory_id", "too large", "memory_id", "too large"),
         (ONE_ITEM, "items.0", "type: must be a lowercase name", "type", "must be a lowercase name"),
         (ONE_ITEM, "items.0", "tags.2: too long", "tags[2]", "too long"),
+        (ONE_ITEM, "items.0", "timestamp: not a time", "event_time", "not a time"),
         (ONE_ITEM, "items.0", "metadata takes 5 bytes", "", "metadata takes 5 bytes"),
         (TURNS, "items.2", "role: bad", "turns[2].role", "bad"),
         (TURNS, "items.3.session_id", "too long", "session_id", "too long"),
