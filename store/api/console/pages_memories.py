@@ -65,6 +65,7 @@ def memories(request: Request, namespace: str | None = None) -> Response:
         return (wanted[name],) if wanted[name] else ()
 
     hits: list[Any] | None = None
+    degraded: tuple[str, ...] = ()  # why a search's hits may be fewer or worse than usual
     listed: list[MemoryView] = []
     next_cursor, problems = None, []
     try:
@@ -79,7 +80,8 @@ def memories(request: Request, namespace: str | None = None) -> Response:
                 until=wanted["until"] or None,
                 reinforce=False,  # looking at memories is not an agent recalling them
             )
-            hits = list(here.store.search(search, now=here.clock()).hits)
+            result = here.store.search(search, now=here.clock())
+            hits, degraded = list(result.hits), result.degraded
         else:
             listing = list_request(
                 namespace=ns,
@@ -113,6 +115,7 @@ def memories(request: Request, namespace: str | None = None) -> Response:
         "namespaces": choices,
         "wanted": wanted,
         "hits": hits,
+        "degraded": degraded,
         "listed": listed,
         "more": more,
         "problems": problems,

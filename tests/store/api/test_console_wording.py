@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import NoReturn
 
+import pytest
 from fastapi.testclient import TestClient
 
 from store.api.app import create_app
 from store.kinds import Outcome
 from store.operations import CreateRelation
 from store.service import Store
+from store.vector.index import VectorIndexError
 from store.write.record_info import RecordInfo
 from tests.store.api.test_console import KEY_A, KEYS, NOW, login, open_store
 
@@ -99,3 +103,29 @@ def test_console_dream_progress_answers_its_runs_so_far_to_its_viewer_only(
     assert hidden.status_code == 404
     assert f'data-dream="{mine}" data-following' in page
     assert '<script src="/ui/static/dream.js" defer></script>' in page
+
+
+def test_console_search_shows_each_hits_date_and_relevance_and_why_it_is_degraded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator searching from the console sees what an agent sees: each hit's relevance
+    (the score that means the same in any search) and date, and why a search answered less
+    than usual (here the vector index is down: hits from the words alone)."""
+    store = open_store(tmp_path / "open")
+    try:
+        with TestClient(create_app(store, clock=lambda: NOW, start_workers=False)) as web:
+            healthy = web.get("/ui/memories?namespace=a&q=tea").text
+
+            def down(*args: object, **kwargs: object) -> NoReturn:
+                raise VectorIndexError("connection refused")
+
+            monkeypatch.setattr(store.index, "query", down)
+            degraded = web.get("/ui/memories?namespace=a&q=tea").text
+    finally:
+        store.close()
+    hit = healthy.split('class="hit-head"')[1].split("</div>")[0]
+    assert re.search(r"relevance 0\.\d\d", hit), hit
+    assert NOW.strftime("%Y-%m-%d") in hit
+    assert "Search degraded" not in healthy
+    assert "Search degraded: vector index unavailable: connection refused" in degraded
+    assert "a: I like tea" in degraded  # the words still found it
