@@ -460,6 +460,13 @@ class Dispatcher:
         self._on_status("running " + ", ".join(now_running) if now_running else "idle")
 
 
+# What a dream request run here without a model is told (Dreamer.unable).
+NO_MODEL = (
+    "no model is configured ([llm] model): the jobs that need one, the extractor among them, "
+    "are skipped, so conversation turns are kept but no memories are extracted from them"
+)
+
+
 def in_process_dreamer(store: Store, settings: Settings) -> Dreamer:
     """What `secretary serve` gives its API: run the dream requests in this process, through a
     dispatcher of its own, while no daemon runs on the store."""
@@ -476,9 +483,3 @@ def in_process_dreamer(store: Store, settings: Settings) -> Dreamer:
         stop_timeout_seconds=schedule.stop_timeout_seconds,
         unable=None if settings.llm.model else NO_MODEL,
     )
-
-
-NO_MODEL = (
-    "no model is configured ([llm] model): the jobs that need one, the extractor among them, "
-    "are skipped, so conversation turns are kept but no memories are extracted from them"
-)

@@ -79,7 +79,7 @@ def _argument(parts: list[str], renamed: Mapping[str, str]) -> str:
     return head.removeprefix(".")  # a field within a part renamed to nothing (forget's filter)
 
 
-# Where each tool's arguments sit in its requests .
+# Where each tool's arguments sit in its requests.
 FILTERS = {"type": "types", "tag": "tags"}
 SEARCH = Arguments(renamed={"q": "query", **FILTERS})
 ONE_ITEM = Arguments(items="", renamed={"timestamp": "event_time"})

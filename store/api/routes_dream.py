@@ -140,8 +140,8 @@ def add_dream_routes(app: FastAPI, dreamer: Dreamer | None) -> None:
         ]
         running = bool(live_daemons(state.store.engine, now))
         # A running daemon takes the request with its own configuration: nothing to say of it.
-        here = dreamer is not None and dreamer.run is not None and not running
-        note = dreamer.unable if here and dreamer is not None else None
+        runs_here = dreamer is not None and dreamer.run is not None and not running
+        note = dreamer.unable if runs_here and dreamer else None
         return {"id": ids[0], "ids": ids, "daemon_running": running, "note": note}
 
     @app.get(
