@@ -45,6 +45,18 @@ class RelationType(enum.StrEnum):
     DERIVED_FROM = "derived_from"
 
 
+# Relations that say the same read either way ("a contradicts b" is "b contradicts a"); a
+# causal or derived_from relation has a direction. Activation spreads both ways over all.
+UNDIRECTED = frozenset(
+    {
+        RelationType.ASSOCIATIVE.value,
+        RelationType.THEMATIC.value,
+        RelationType.TEMPORAL.value,
+        RelationType.CONTRADICTS.value,
+    }
+)
+
+
 class RecordStatus(enum.StrEnum):
     """A maintenance record's status as stored."""
 

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import and_, or_, select
 
 from store.errors import NotFound, ValidationFailed
-from store.kinds import MemoryStatus, RelationType
+from store.kinds import UNDIRECTED, MemoryStatus, RelationType
 from store.models import Memory, MemoryRelation
 from store.neighbours import TIMELINE_WEIGHT, together
 from store.operations import (
@@ -59,13 +59,19 @@ def apply_operation(unit: UnitOfWork, op: Operation, created: MutableMapping[str
 def relate(
     unit: UnitOfWork, source: int, target: int, type_: str, strength: float, text: str
 ) -> None:
-    """Create a relation unless it exists or would join a memory to itself."""
-    exists = unit.session.scalars(
-        select(MemoryRelation).where(
-            MemoryRelation.source_id == source,
-            MemoryRelation.target_id == target,
-            MemoryRelation.type == type_,
+    """Create a relation unless it exists or would join a memory to itself.
+
+    A relation of an undirected type (`UNDIRECTED`) exists already if it runs the other way:
+    merging a copy into the memory it copies must not give them a second link, #20 -> #1
+    beside #1 -> #20.
+    """
+    same = and_(MemoryRelation.source_id == source, MemoryRelation.target_id == target)
+    if type_ in UNDIRECTED:
+        same = or_(
+            same, and_(MemoryRelation.source_id == target, MemoryRelation.target_id == source)
         )
+    exists = unit.session.scalars(
+        select(MemoryRelation).where(same, MemoryRelation.type == type_)
     ).first()
     if exists is not None or source == target:
         return

@@ -168,3 +168,25 @@ def test_apply_nothing_to_do_leaves_no_record(db: Database) -> None:
         now=NOW,
     )
     assert applied.record_id is None
+
+
+def test_merging_a_copy_adds_no_second_link_running_the_other_way(db: Database) -> None:
+    keeper, other, copy = seed(db, 3)
+    links = [
+        CreateRelation(source=keeper, target=other, type="associative", strength=0.7),
+        CreateRelation(source=other, target=copy, type="associative", strength=0.7),
+        CreateRelation(source=keeper, target=other, type="causal", strength=0.7),
+        CreateRelation(source=other, target=copy, type="causal", strength=0.7),
+    ]
+    db.writer.apply("ns", "linker", links, now=NOW)
+    merge = [
+        InheritRelations(from_ids=(copy,), to=keeper),
+        SetStatus(memory_id=copy, status=MemoryStatus.MERGED, replaced_by=keeper),
+    ]
+    applied = db.writer.apply("ns", "auditor", merge, now=NOW)
+    edges = {(e.source_id, e.target_id, e.type) for e in db.search.edges("ns", [keeper])}
+    # other -> keeper would say again what keeper -> other says; a cause has a direction.
+    assert (other, keeper, "associative") not in edges
+    assert (other, keeper, "causal") in edges
+    _, operations = db.records.get(applied.record_id)  # type: ignore[arg-type]
+    assert [op.op for op in operations].count("create_relation") == 1
