@@ -220,7 +220,8 @@ def undo(
     If a later record changed the same fields, or built on what this one created (a relation
     to a memory it added, say), nothing is written and the later records are named, newest
     first: undo them first, or add --cascade to undo them with this one. --force instead
-    applies only the parts that do not conflict. Recall statistics are kept.
+    applies only the parts that do not conflict. Recall statistics are kept. --dry-run exits
+    with 1 if the undo, as asked, would be refused.
 
     \b
     Examples:
@@ -228,7 +229,13 @@ def undo(
       secretary undo 42 --cascade --dry-run  every record a cascade would take back
       secretary undo 42 --cascade
     """
-    from store.write.undo import NothingToUndo, plan_cascade, plan_undo
+    from store.write.undo import (
+        NothingToUndo,
+        UndoConflict,
+        cascade_order,
+        plan_cascade,
+        plan_undo,
+    )
     from store.write.undo import undo as undo_record
 
     with _store(ctx) as store:
@@ -243,7 +250,14 @@ def undo(
                 click.echo("dry run: nothing written")
                 return
             if dry_run:
-                _print_plan(plan_undo(store.db.writer, record_id))
+                plan = plan_undo(store.db.writer, record_id)
+                later = None
+                if plan.dependents and not any(d.final for d in plan.dependents):
+                    later = cascade_order(store.db.writer, record_id, now=utc_now(), force=force)
+                _print_plan(plan, cascade=later)
+                if plan.conflicts and not (force and plan.applicable):
+                    click.echo("dry run: nothing written; this undo would be refused")
+                    raise click.exceptions.Exit(1)
                 click.echo("dry run: nothing written")
                 return
             result = undo_record(
@@ -252,6 +266,9 @@ def undo(
         except NothingToUndo as exc:  # not a failure: the store is as undoing it would leave it
             click.echo(f"nothing to undo: {exc}")
             return
+        except UndoConflict as exc:  # a line each, not one run-on sentence
+            click.echo("error: " + "\n".join(exc.lines()), err=True)
+            raise click.exceptions.Exit(1) from None
         also = ""
         if result.cascaded:
             also = " with " + ", ".join(f"#{rid}" for rid in result.cascaded) + " (--cascade)"
@@ -265,7 +282,11 @@ def undo(
             _sync(store)
 
 
-def _print_plan(plan: UndoPlan, *, cascading: bool = False) -> None:
+def _print_plan(
+    plan: UndoPlan, *, cascading: bool = False, cascade: tuple[int, ...] | None = None
+) -> None:
+    """Print what undoing a record would do; ``cascade``: the later records --cascade would
+    undo with it (None: it would be refused, or was not asked)."""
     click.echo(f"undoing record {plan.record_id} ({plan.job}, namespace {plan.namespace!r}) would:")
     for step in plan.applicable:
         click.echo(f"  {step.describe()}")
@@ -277,6 +298,16 @@ def _print_plan(plan: UndoPlan, *, cascading: bool = False) -> None:
         for conflict in plan.conflicts:
             click.echo(f"  {conflict.describe()}")
     if plan.dependents and not cascading:
-        click.echo("later records it depends on, newest first (--cascade undoes them with it):")
+        click.echo("later records it depends on, newest first:")
         for dependent in plan.dependents:
             click.echo(f"  {dependent.describe()}")
+        if any(dependent.final for dependent in plan.dependents):
+            click.echo(
+                "an erasure cannot be undone, so --cascade cannot take it back;"
+                " --force skips what it erased"
+            )
+        elif cascade is None:
+            click.echo("--cascade would be refused too (--cascade --dry-run says why)")
+        else:
+            order = ", ".join(f"#{rid}" for rid in cascade)
+            click.echo(f"--cascade undoes {order} with it (--cascade --dry-run shows each part)")

@@ -86,39 +86,76 @@ class UndoConflict(StoreError):
         dependents: Sequence[Dependent] = (),
         cascading: bool = False,
         applicable: bool = True,
+        cascade: Sequence[int] | None = None,
+        cascade_refused: bool = False,
     ) -> None:
         self.record_id = record_id
+        self.forced = forced
+        self.cascade = tuple(cascade) if cascade is not None else None
+        self.cascade_refused = cascade_refused
         self.conflicts = tuple(conflicts)
         self.applicable = applicable  # whether forcing would apply anything
         self.dependents = tuple(dependents)
+        self.advice = _advice(self, cascading=cascading)
         shown = "; ".join(conflict.describe() for conflict in self.conflicts[:20])
-        more = f" (and {len(self.conflicts) - 20} more)" if len(self.conflicts) > 20 else ""
-        message = f"record {record_id} cannot be undone, nothing written: {shown}{more}"
-        finals = [d for d in self.dependents if d.final]
+        message = f"record {record_id} cannot be undone, nothing written: {shown}{self._more}"
         if self.dependents:
             named = "; ".join(d.describe() for d in self.dependents)
             message += f". Later records depend on it: {named}"
-        if finals:
-            erased = ", ".join(f"#{d.record_id} ({d.job})" for d in finals)
-            message += (
-                f". {erased} erased what it changed, and an erasure cannot be undone, so"
-                " neither can this record as a whole"
-            )
-        elif self.dependents and not cascading:
-            order = ", then ".join(f"#{d.record_id}" for d in self.dependents)
-            message += (
-                f". Undo them first, newest first ({order}), or undo this record with"
-                " --cascade to take them back with it in one step"
-            )
-        elif cascading:
-            message += ". No later record in force explains it, so --cascade cannot help"
-        if forced or not applicable:
-            message += "; even forcing (--force) has nothing to apply, every part conflicts"
-        elif cascading:
-            message += "; adding --force skips those parts and undoes the rest"
-        else:
-            message += "; forcing it (--force) applies only the parts that do not conflict"
-        super().__init__(message)
+        super().__init__(message + "".join(f". {line}" for line in self.advice))
+
+    @property
+    def _more(self) -> str:
+        extra = len(self.conflicts) - 20
+        return f" (and {extra} more)" if extra > 0 else ""
+
+    def lines(self) -> list[str]:
+        """The refusal for a terminal: what conflicts, the records behind it, what to do."""
+        lines = [f"record {self.record_id} cannot be undone, nothing written; it conflicts with:"]
+        lines += [f"  {conflict.describe()}" for conflict in self.conflicts[:20]]
+        lines += [f"  {self._more.strip()}"] if self._more else []
+        if self.dependents:
+            lines.append("later records depend on it, newest first:")
+            lines += [f"  {dependent.describe()}" for dependent in self.dependents]
+        return lines + self.advice
+
+
+def _advice(refusal: UndoConflict, *, cascading: bool) -> list[str]:
+    """What the operator can do about a refused undo, a sentence or two."""
+    record_id, dependents = refusal.record_id, refusal.dependents
+    finals = [d for d in dependents if d.final]
+    if finals:
+        erased = ", ".join(f"#{d.record_id} ({d.job})" for d in finals)
+        said = (
+            f"{erased} erased what it changed, and an erasure cannot be undone, so neither can"
+            " this record as a whole"
+        )
+    elif dependents and not cascading and refusal.cascade_refused:
+        said = (
+            "Undoing them first would not be enough: even --cascade is refused"
+            f" (`secretary undo {record_id} --cascade --dry-run` says why)"
+        )
+    elif dependents and not cascading:
+        # The cascade's order where it is known: undoing a redo takes back what it redid, and
+        # what is undone first may uncover another record, so the records that block an undo
+        # now are not always the ones to undo.
+        ids = refusal.cascade or [d.record_id for d in dependents]
+        order = ", then ".join(f"#{rid}" for rid in ids)
+        said = (
+            f"First undo {order}, or undo this record with --cascade to take"
+            f" {'it' if len(ids) == 1 else 'them'} back with it in one step"
+        )
+    elif cascading:
+        said = "No later record in force explains it, so --cascade cannot help"
+    else:
+        said = ""
+    if refusal.forced or not refusal.applicable:
+        force = "Even forcing (--force) has nothing to apply: every part conflicts"
+    elif cascading:
+        force = "Adding --force skips those parts and undoes the rest"
+    else:
+        force = "Forcing it (--force) applies only the parts that do not conflict"
+    return [line for line in (said, force) if line]
 
 
 # -- the plan and the result -------------------------------------------------------------------
@@ -269,6 +306,17 @@ def plan_cascade(
                 ) from None
 
 
+def cascade_order(
+    writer: Writer, record_id: int, *, now: datetime, force: bool = False
+) -> tuple[int, ...] | None:
+    """Return the later records a cascade would undo with the record, newest first (the order
+    to undo them in by hand too), or None if the cascade would be refused."""
+    try:
+        return plan_cascade(writer, record_id, now=now, force=force).cascaded
+    except UndoConflict:
+        return None
+
+
 class _Tried(Exception):
     """Rolls a trial of the cascade back, carrying what it planned."""
 
@@ -304,6 +352,32 @@ def undo(
     if cascade:
         cascaded = plan_cascade(writer, record_id, now=now, force=force)
         order = tuple(part.record_id for part in cascaded.parts)
+    try:
+        return _apply_undo(writer, namespace, record_id, order, now=now, force=force)
+    except UndoConflict as exc:
+        if cascade or not exc.dependents or any(d.final for d in exc.dependents):
+            raise
+        later = cascade_order(writer, record_id, now=now, force=force)
+        raise UndoConflict(
+            exc.record_id,
+            exc.conflicts,
+            forced=exc.forced,
+            dependents=exc.dependents,
+            applicable=exc.applicable,
+            cascade=later,
+            cascade_refused=later is None,
+        ) from None
+
+
+def _apply_undo(
+    writer: Writer,
+    namespace: str,
+    record_id: int,
+    order: tuple[int, ...],
+    *,
+    now: datetime,
+    force: bool,
+) -> UndoResult:
     with writer.unit(namespace, "undo", now, restoring=True) as unit:
         # Planned again inside the transaction, under the namespace lock: nothing can change
         # between the conflict check and the writes.

@@ -77,7 +77,7 @@ class Conflict:
 
     def describe(self) -> str:
         diffs = ", ".join(
-            f"{d.field} (expected {_short(d.expected)}, now {_short(d.current)})"
+            f"{d.field} ({_short(d.expected)} after it, now {_short(d.current)})"
             for d in self.fields
         )
         return f"{self.kind} {self.target_id}: {self.reason}" + (f": {diffs}" if diffs else "")
@@ -122,7 +122,7 @@ class UndoStep:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
+    text = "empty" if value is None else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -282,9 +282,10 @@ def _still_referred(outcome: _Outcome) -> Iterator[Conflict]:
             if row_id in gone[kind] or restored.get((kind, row_id, column), mid) != mid:
                 continue
             if kind == "relation":
-                reason = f"relation {row_id} still links to it ({column})"
+                end = "from" if column == "source_id" else "to"
+                reason = f"relation {row_id} still links {end} it"
             else:
-                reason = f"memory {row_id} still names it as its replacement ({column})"
+                reason = f"memory {row_id} still names it as its replacement"
             yield Conflict(
                 kind="memory",
                 target_id=mid,

@@ -104,14 +104,17 @@ def test_undo_refused_names_the_later_record_and_cascade_takes_both_back(
     assert "cannot be undone, nothing written" in refused
     assert f"#{edit_record} edit" in refused
     assert "changed content of memory" in refused
-    assert f"newest first (#{edit_record})" in refused
+    assert f"First undo #{edit_record}, or undo this record with --cascade" in refused
     assert "--cascade" in refused
     assert "next_id" not in refused  # a timeline relink is no conflict
     assert run("export").output == after_edit
 
-    dry = run("undo", str(ingested[0]), "--dry-run").output
+    dry = run("undo", str(ingested[0]), "--dry-run", code=1).output  # it would be refused
     assert f"#{edit_record} edit" in dry
-    assert "--cascade undoes them with it" in dry
+    assert f"--cascade undoes #{edit_record} with it" in dry
+    assert dry.endswith("dry run: nothing written; this undo would be refused\n")
+    forced = run("undo", str(ingested[0]), "--dry-run", "--force").output  # the rest applies
+    assert forced.endswith("dry run: nothing written\n")
     planned = run("undo", str(ingested[0]), "--cascade", "--dry-run").output
     assert f"undoes #{edit_record}, #{ingested[0]}" in planned
     assert "nothing written" in planned
@@ -142,7 +145,7 @@ def test_undo_force_skips_conflicts_and_records_them(
         )
     finally:
         store.close()
-    dry = run("undo", str(record_id), "--dry-run").output
+    dry = run("undo", str(record_id), "--dry-run", code=1).output  # refused without --force
     assert f"memory {ids[0]}: changed since" in dry
     assert f"restore memory {ids[1]}: content\n" in dry  # derived fields are recomputed
     out = run("undo", str(record_id), "--force").output
@@ -293,3 +296,17 @@ def test_records_list_run_that_dropped_all_it_got_says_applied_nothing(
     )
     shown = next(r for r in listed if r["id"] == record)
     assert (shown["summary"], shown["dropped_count"]) == ("applied nothing", 10)
+
+
+def test_undo_dry_run_past_an_erasure_offers_no_cascade(run: Run, ingested: list[int]) -> None:
+    first = json.loads(run("memory", "list", "--json").output)["memories"][0]["id"]
+    run("memory", "edit", str(first), "--content", "first, reworded")
+    edit_record = max(r["id"] for r in json.loads(run("records", "list", "--json").output))
+    run("forget", str(first), "--yes")
+    dry = run("undo", str(edit_record), "--dry-run", code=1).output
+    assert "forget" in dry
+    assert "an erasure cannot be undone, so --cascade cannot take it back" in dry
+    assert "--cascade undoes" not in dry
+    refused = run("undo", str(edit_record), code=1).stderr
+    assert refused.startswith(f"error: record {edit_record} cannot be undone, nothing written;")
+    assert "\nlater records depend on it, newest first:\n" in refused

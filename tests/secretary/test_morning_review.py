@@ -35,6 +35,7 @@ from store.kinds import MemoryStatus
 from store.models import MaintenanceOperation, MaintenanceRecord, Memory, MemoryRelation
 from store.service import Store
 from store.text import content_hash
+from store.write.undo import NothingToUndo, plan_undo
 from store.write.undo_conflicts import visible
 from tests.helpers.cli import cli_in
 from tests.helpers.openai_server import (
@@ -281,25 +282,40 @@ def _chain(active: list[Memory]) -> list[int]:
     return order
 
 
+def refused(data_dir: Path, record_id: int) -> bool:
+    """Whether the store would refuse to undo the record, read without the CLI (the dry run's
+    exit code is checked against it)."""
+    store = _store(data_dir)
+    try:
+        return bool(plan_undo(store.db.writer, record_id).conflicts)
+    except NothingToUndo:
+        return False
+    finally:
+        store.close()
+
+
 def undo_as_the_operator(data_dir: Path, record_id: int, patch: pytest.MonkeyPatch) -> set[int]:
     """Dry run, then undo; if refused naming later runs, the cascade's dry run, then the
     cascade. Return every record undone."""
     run = cli_in(data_dir, patch)
     before = seen(data_dir)
-    dry = run("undo", str(record_id), "--dry-run").output
+    refusing = refused(data_dir, record_id)
+    dry = run("undo", str(record_id), "--dry-run", code=1 if refusing else 0).output
     if dry.startswith("nothing to undo: "):  # a run that changed nothing: exit 0, no record
         assert "undone by record" not in run("undo", str(record_id)).output
         assert seen(data_dir) == before
         return set()
     assert "dry run: nothing written" in dry
     assert seen(data_dir) == before
-    if "later records it depends on" not in dry:
+    assert ("later records it depends on" in dry) is refusing
+    if not refusing:  # the dry run's exit code said it: 0, the undo applies
         done = run("undo", str(record_id)).output
         assert f"record {record_id} undone by record" in done, done
         return {record_id}
-    refused = run("undo", str(record_id), code=1).stderr
-    assert "Later records depend on it" in refused
-    assert "--cascade" in refused
+    assert dry.endswith("this undo would be refused\n")
+    refusal = run("undo", str(record_id), code=1).stderr
+    assert "later records depend on it" in refusal
+    assert "--cascade" in refusal
     planned = run("undo", str(record_id), "--cascade", "--dry-run").output
     assert seen(data_dir) == before
     cascaded = run("undo", str(record_id), "--cascade").output

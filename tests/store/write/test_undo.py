@@ -169,7 +169,7 @@ def test_undo_purge_is_refused_the_content_is_gone(db: Database) -> None:
     with pytest.raises(UndoConflict, match=f"memory {ids[1]}: erased since") as caught:
         undo(db.writer, record_id, now=LATER + HOUR)
     # Forcing would skip every part: the message does not offer it.
-    assert "even forcing (--force) has nothing to apply" in str(caught.value)
+    assert "Even forcing (--force) has nothing to apply" in str(caught.value)
     assert "applies only the parts" not in str(caught.value)
     assert export(db) == after
     assert len(db.records.find()) == records
@@ -301,7 +301,7 @@ def test_undo_force_applies_rest_and_records_skipped(db: Database) -> None:
     first = set_status(db, [ids[0], ids[3]], MemoryStatus.ARCHIVED, now=LATER, job="auditor")
     assert first is not None
     set_status(db, [ids[0]], MemoryStatus.SUPERSEDED, now=LATER, job="auditor")
-    with pytest.raises(UndoConflict, match=r"forcing it \(--force\) applies only the parts"):
+    with pytest.raises(UndoConflict, match=r"Forcing it \(--force\) applies only the parts"):
         undo(db.writer, first, now=LATER + HOUR)  # memory 3's part would apply: offered
     result = undo(db.writer, first, now=LATER + HOUR, force=True)
     # Memory 0's status changed since: it is skipped; the rest of the record is undone.
@@ -326,9 +326,9 @@ def test_undo_created_memory_with_later_relation_conflicts_naming_the_linker(db:
     # Only the relation blocks it: its timeline neighbour is no dependency.
     (conflict,) = plan.conflicts
     assert conflict.target_id == new
-    assert "still links to it" in conflict.reason
+    assert "still links from it" in conflict.reason  # the new memory is its source
     assert [d.record_id for d in plan.dependents] == [linker]
-    with pytest.raises(UndoConflict, match="even forcing"):
+    with pytest.raises(UndoConflict, match="Even forcing"):
         undo(db.writer, added.record_id, now=LATER, force=True)
     result = undo(db.writer, added.record_id, now=LATER, cascade=True)
     assert result.cascaded == (linker,)
@@ -530,8 +530,8 @@ def test_undo_of_a_record_whose_memory_was_forgotten_names_the_forget(db: Databa
     assert dependent.what == (f"erased memory {ids[1]}",)
     assert "erasure cannot be undone" in str(caught.value)
     # The record changed only the erased memory: forcing would skip all of it, so not offered.
-    assert "even forcing (--force) has nothing to apply" in str(caught.value)
-    assert "adding --force skips those parts" not in str(caught.value)
+    assert "Even forcing (--force) has nothing to apply" in str(caught.value)
+    assert "Adding --force skips those parts" not in str(caught.value)
 
 
 def test_cascade_with_force_undoes_the_dependents_and_skips_what_an_erasure_made_final(
