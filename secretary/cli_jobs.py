@@ -419,6 +419,8 @@ def _line(
         record = " (records " + ", ".join(f"#{r}" for r in records) + ")"
     else:
         record = f" (record #{record_id})" if record_id is not None else ""
+    if status == "nothing" and message.startswith("nothing"):  # not "nothing: nothing to do"
+        return f"{namespace} {job}{record}: {message}"
     return f"{namespace} {job}: {status}{record}: {message}"
 
 

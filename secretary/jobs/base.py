@@ -196,7 +196,10 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
         marks = {key: ctx.watermark(key) for key in keys if key is not None}
         new = self.read(ctx, min(marks.values(), default=ctx.watermark(self.llm_watermark)))
         if not new:
-            yield self.empty_plan(ctx)
+            # Without a model only the part that needs none reads; if what is past the model's
+            # watermark still waits for it, the run was skipped, not "nothing to do".
+            waits = wants and not asking and bool(self.read(ctx, ctx.watermark(self.llm_watermark)))
+            yield self.empty_plan(ctx, skipped=LLM_NOT_CONFIGURED if waits else None)
             return
         work = self.prepare(ctx, new)
         state: Mapping[str, Any] = ctx.state

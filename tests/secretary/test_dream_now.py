@@ -192,7 +192,7 @@ def test_dream_a_job_backing_off_runs_now_and_says_it_overrode_the_back_off(
     lines = [line for line in result.stdout.splitlines() if line.startswith("maya ")]
     assert lines[0].startswith("maya auditor: applied (record #"), lines
     assert ": ran now, overriding the back-off after 1 failed run until " in lines[0]
-    assert lines[1] == "maya retention: nothing: nothing to do"
+    assert lines[1] == "maya retention: nothing to do"
     assert store.db.memories.count("maya") == 1  # the auditor ran: the duplicate is merged
     assert "failures" not in store.db.work.job_health("auditor", "maya")
 
@@ -201,7 +201,7 @@ def test_dream_nothing_to_do_exits_0(store: Store, monkeypatch: pytest.MonkeyPat
     run = cli_in(store.settings.data_dir, monkeypatch)
 
     out = run("dream", "--namespace", "maya", "--job", "retention").stdout
-    assert out.splitlines()[0] == "maya retention: nothing: nothing to do"
+    assert out.splitlines()[0] == "maya retention: nothing to do"
 
 
 def test_dream_prints_each_outcome_as_its_job_finishes(store: Store) -> None:
@@ -234,7 +234,7 @@ def test_dream_prints_each_outcome_as_its_job_finishes(store: Store) -> None:
         process.send_signal(signal.SIGINT)
         code, _, err = finish(process, WAIT * 3)
 
-    assert first == "maya retention: nothing: nothing to do\n"
+    assert first == "maya retention: nothing to do\n"
     assert waiting
     assert code == 130, err
 

@@ -125,7 +125,9 @@ def test_plans_reject(data_dir: Path, run: Run, monkeypatch: pytest.MonkeyPatch)
     record_id = run("plans", "list").output.split()[0].lstrip("#")
 
     assert "rejected" in run("plans", "reject", record_id).output
-    assert "maya auditor: nothing" in run("dream", "--job", "auditor").output
+    # The rejected merges are not proposed again; the audit by a model still waits for one.
+    again = run("dream", "--job", "auditor").output
+    assert again == "maya auditor: skipped: LLM not configured\n"
 
 
 @pytest.mark.parametrize("command", [dream, plans, *plans.commands.values()])
@@ -333,6 +335,6 @@ def test_dream_with_daemon_running_prints_each_outcome_as_the_daemon_stores_it(
 
     assert before_the_end == [True]
     assert result.stdout.splitlines() == [
-        "maya auditor: nothing: nothing to do",
-        "maya linker: nothing: nothing to do",
+        "maya auditor: nothing to do",
+        "maya linker: nothing to do",
     ]

@@ -29,7 +29,10 @@ def test_linker_similar_memories_get_associative_edge_without_llm(world: World) 
     assert world.edges(bill) == set()
     assert world.llm_requests == []
     assert "LLM not configured" in outcome.message
-    assert world.run("linker").status == "nothing"  # nothing new, nothing done
+    # Nothing new for the part that needs no model; the typed edges still wait for one.
+    again = world.run("linker")
+    assert (again.status, again.message) == ("skipped", "LLM not configured")
+    assert world.edges(up) == {(up, down, "associative")}
 
 
 def test_linker_finds_older_neighbours_through_the_vector_index(world: World) -> None:
