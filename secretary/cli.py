@@ -214,13 +214,19 @@ def ingest(
     (1,000); an ingest cut short keeps those committed, and running it again finishes
     it. With --update each transaction's record is printed as it commits.
     """
+    from store.changes import plural
     from store.ingest import Committed, count_lines, ingest_file
 
     def committed(batch: Committed) -> None:
         # An update cut short keeps what it committed: say at once what to undo.
         if update and batch.record_id is not None:
+            lines = (
+                f"line {batch.first_line}"
+                if batch.first_line == batch.last_line
+                else f"lines {batch.first_line}-{batch.last_line}"
+            )
             click.echo(
-                f"record #{batch.record_id}: lines {batch.first_line}-{batch.last_line} "
+                f"record #{batch.record_id}: {lines} "
                 f"committed ({batch.updated} updated, {batch.created} new, {batch.skipped} "
                 f"already present); `secretary undo {batch.record_id}` reverts them"
             )
@@ -238,8 +244,12 @@ def ingest(
                 committed=committed,
             )
         changed = f"{report.updated} updated, " if report.updated else ""
+        new = f"{report.created} new"
+        if report.relations:
+            memories = plural(report.created - report.relations, "memory", "memories")
+            new += f" ({memories}, {plural(report.relations, 'relation')})"
         click.echo(
-            f"{report.lines} lines: {report.created} new, {changed}{report.skipped} already "
+            f"{plural(report.lines, 'line')}: {new}, {changed}{report.skipped} already "
             f"present ({report.kind}, namespace {namespace!r})"
         )
         if report.kind != "logs" and not no_index:

@@ -55,7 +55,10 @@ def records_list(
 
     namespaces = (namespace,) if namespace else None
     with _store(ctx, namespace=namespace) as store:
-        found = store.db.records.find(namespaces=namespaces, job=job, status=status, limit=limit)
+        found = store.db.records.find(
+            namespaces=namespaces, job=job, status=status, limit=limit + 1
+        )
+        more, found = len(found) > limit, found[:limit]
         changes = store.db.records.change_counts(record.id for record in found)
         # A job no record names is most likely mistyped: say which jobs have records.
         known = store.db.records.jobs(namespaces=namespaces) if job and not found else None
@@ -71,6 +74,8 @@ def records_list(
             click.echo("no records")
     for view in views:
         click.echo(_record_line(view))
+    if more:  # as `memory list` says there is a next page
+        click.echo(f"more: older records than #{views[-1]['id']}; --limit {limit * 2} shows more")
 
 
 def _record_line(view: Mapping[str, Any]) -> str:
@@ -229,6 +234,7 @@ def undo(
       secretary undo 42 --cascade --dry-run  every record a cascade would take back
       secretary undo 42 --cascade
     """
+    from store.changes import plural
     from store.write.undo import (
         NothingToUndo,
         UndoConflict,
@@ -274,7 +280,7 @@ def undo(
             also = " with " + ", ".join(f"#{rid}" for rid in result.cascaded) + " (--cascade)"
         click.echo(
             f"record {record_id}{also} undone by record {result.record_id}: "
-            f"{result.restored} rows restored"
+            f"{plural(result.restored, 'row')} put back as before"
         )
         for conflict in result.skipped:
             click.echo(f"  skipped {conflict.describe()}")

@@ -50,6 +50,7 @@ class IngestReport:
     skipped: int
     records: tuple[int, ...]
     updated: int = 0  # stored ones given a line's other content (--update)
+    relations: int = 0  # of ``created``, the relations an export brought
 
 
 def _numbered(path: Path) -> Iterator[tuple[int, str]]:
@@ -230,13 +231,14 @@ def ingest_file(
         result = store.db.writer.restore(namespace, objects, now=now, labels=labels)
         if advance is not None:
             advance(lines)
-        created = len(result.created)
+        created = len(result.created) + result.relations_created
         return IngestReport(
             kind=kind,
             lines=lines,
             created=created,
-            skipped=len(result.ids) - created,
+            skipped=len(result.ids) + result.relations - created,
             records=(result.record_id,) if result.record_id and created else (),
+            relations=result.relations_created,
         )
     on_conflict: OnConflict = "update" if update else "error"
     _check_conflicts(store, path, kind, namespace, update=update)

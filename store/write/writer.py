@@ -70,6 +70,8 @@ class AddResult:
     created: tuple[int, ...]
     record_id: int | None
     updated: tuple[int, ...] = ()  # stored rows given an item's other content (on_conflict)
+    relations: int = 0  # lines of relations a restore read; created: those it added
+    relations_created: int = 0
 
     @property
     def skipped(self) -> int:
@@ -325,13 +327,16 @@ class Writer:
             memories = insert_memories(unit.session, checked.new("memory", export.memories))
             for memory in memories:
                 unit.created(memory)
-            for relation in new_relations(checked.new("relation", export.relations)):
+            relations = new_relations(checked.new("relation", export.relations))
+            for relation in relations:
                 unit.add(relation)
             advance_ids(unit.session)
         return AddResult(
             ids=tuple(entry.line.id for entry in export.memories),
             created=tuple(memory.id for memory in memories),
             record_id=unit.record.id if unit.kept else None,
+            relations=len(export.relations),
+            relations_created=len(relations),
         )
 
     # -- bookkeeping that is not content ---------------------------------------------------------

@@ -76,13 +76,20 @@ def test_ingest_bad_lines_reported_by_number_nothing_written(run: Run, tmp_path:
 def test_export_then_ingest_restores_into_new_store(run: Run, tmp_path: Path) -> None:
     run("init")
     run("ingest", str(SAMPLE), "--namespace", "maya")
+    run("dream", "--job", "linker", "--namespace", "maya")  # associative edges, no model
     dump = tmp_path / "dump.jsonl"
     dump.write_text(run("export", "--namespace", "maya").output)
+    relations = dump.read_text().count('"kind":"relation"')
+    assert relations > 0
     other = CliRunner()
     args = ["--data-dir", str(tmp_path / "other")]
     assert other.invoke(cli, [*args, "init"]).exit_code == 0
     restored = other.invoke(cli, [*args, "ingest", str(dump), "--namespace", "maya"])
     assert restored.exit_code == 0, restored.output
+    lines = 26 + relations  # each line counted, the relations' too
+    assert restored.stdout.startswith(
+        f"{lines} lines: {lines} new (26 memories, {relations} relations), 0 already present"
+    )
     again = other.invoke(cli, [*args, "export", "--namespace", "maya"])
     assert again.output == dump.read_text()
     verify = other.invoke(cli, [*args, "index", "verify"])

@@ -72,7 +72,7 @@ def test_ingest_update_changes_the_stored_memory_and_undo_puts_it_back(
     run("ingest", str(write(tmp_path / "a.jsonl", {"content": "likes tea", "external_id": "x1"})))
     changed = write(tmp_path / "b.jsonl", {"content": "likes coffee", "external_id": "x1"})
     out = run("ingest", str(changed), "--update").output
-    assert "1 lines: 0 new, 1 updated, 0 already present" in out
+    assert "1 line: 0 new, 1 updated, 0 already present" in out
     memory = json.loads(run("memory", "show", "1", "--json").stdout)
     assert memory["content"] == "likes coffee"
     record = json.loads(run("records", "list", "--json").stdout)[0]

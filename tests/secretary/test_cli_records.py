@@ -47,6 +47,9 @@ def test_records_list_json_has_fields_newest_first(run: Run, ingested: list[int]
     assert json.loads(run("records", "list", "--json", "--job", "undo").output) == []
     assert len(json.loads(run("records", "list", "--json", "--limit", "1").output)) == 1
     assert "ingest [default] applied" in run("records", "list").output
+    assert "more:" not in run("records", "list").output
+    newest = run("records", "list", "--limit", "1").output.splitlines()
+    assert newest[1:] == [f"more: older records than #{max(ingested)}; --limit 2 shows more"]
     mistyped = run("records", "list", "--job", "extracter")
     assert mistyped.exit_code == 0
     assert mistyped.output == "no records of job 'extracter'; the jobs with records: ingest\n"
