@@ -34,7 +34,8 @@ version_option = click.option(
 @click.option("--importance", type=click.IntRange(1, 10), help="1 (trivial) to 10 (vital).")
 @click.option("--metadata", help="The metadata as a JSON object, replacing it whole.")
 @click.option("--event-time", help="When it happened (ISO-8601); moves it in the timeline.")
-@click.option("--pin/--unpin", "pinned", default=None, help="Pinned memories never fade.")
+@click.option("--pin", is_flag=True, help="Pin it: pinned memories never fade.")
+@click.option("--unpin", is_flag=True, help="Unpin it: it can fade again.")
 @version_option
 @click.option("--json", "as_json", is_flag=True, help="Print the memory as the API's JSON.")
 @pass_context
@@ -49,7 +50,8 @@ def edit(
     importance: int | None,
     metadata: str | None,
     event_time: str | None,
-    pinned: bool | None,
+    pin: bool,
+    unpin: bool,
     expected: int | None,
     as_json: bool,
 ) -> None:
@@ -62,6 +64,8 @@ def edit(
     """
     if tags and no_tags:
         raise click.UsageError("--tag and --no-tags contradict each other")
+    if pin and unpin:  # one --pin/--unpin switch would keep the last silently
+        raise click.UsageError("--pin and --unpin contradict each other")
     changes: dict[str, Any] = {
         "content": content,
         "type": type_,
@@ -69,7 +73,7 @@ def edit(
         "importance": importance,
         "metadata": _json_object(metadata),
         "event_time": event_time,
-        "pinned": pinned,
+        "pinned": True if pin else (False if unpin else None),
     }
     changes = {name: value for name, value in changes.items() if value is not None}
     if not changes:

@@ -66,6 +66,8 @@ def test_edit_with_a_stale_version_changes_nothing(run: Run, stored: Path) -> No
     [
         ((), "name something to change"),
         (("--tag", "x", "--no-tags"), "contradict"),
+        (("--pin", "--unpin"), "--pin and --unpin contradict each other"),
+        (("--unpin", "--pin"), "--pin and --unpin contradict each other"),
         (("--metadata", "[1]"), "Invalid value for --metadata: must be a JSON object"),
         (("--event-time", "soon"), "Invalid value for --event-time"),
         (("--content", "   "), "Invalid value for --content"),
@@ -77,6 +79,13 @@ def test_edit_refuses_bad_options(
     refused = run("memory", "edit", "1", *args, code=2)
     assert message in refused.stderr
     assert show(run, 1)["version"] == 1
+
+
+def test_edit_pins_and_unpins(run: Run, stored: Path) -> None:
+    run("memory", "edit", "1", "--pin")
+    assert show(run, 1)["pinned"] is True
+    run("memory", "edit", "1", "--unpin")
+    assert show(run, 1)["pinned"] is False
 
 
 def test_edit_of_a_missing_or_other_namespaces_memory(run: Run, stored: Path) -> None:
