@@ -167,7 +167,14 @@ def schedule_set(ctx: Context, job: str, cron: str) -> None:
     CRON has 5 fields: minute hour day-of-month month day-of-week (0 or 7 = Sunday),
     read in schedule.timezone; @hourly, @daily, @weekly and @monthly work too.
     `secretary schedule reset JOB` returns to the config file's expression.
+    To stop JOB from running, use `secretary schedule pause JOB` (and resume).
     """
+    if not cron.strip():  # the config file's "" = never; here pause says it
+        raise click.BadParameter(
+            f"an empty expression: to stop {job} from running use `secretary schedule pause"
+            f" {job}` (and `secretary schedule resume {job}` to start it again)",
+            param_hint="CRON",
+        )
     try:
         normal = validate_cron(cron)
     except InvalidCron as exc:

@@ -423,6 +423,13 @@ def test_schedule_set_bad_cron_or_job_fails_and_changes_nothing(invoke: Invoke) 
     assert "database" not in shown
 
 
+def test_schedule_set_empty_cron_points_to_pause(invoke: Invoke) -> None:
+    refused = invoke("schedule", "set", "linker", " ", code=2)
+    assert "to stop linker from running use `secretary schedule pause linker`" in refused.output
+    assert "`secretary schedule resume linker` to start it again" in refused.output
+    assert "database" not in invoke("schedule", "show").output
+
+
 def test_schedule_pause_resume_reset_commands(invoke: Invoke) -> None:
     assert "linker: paused" in invoke("schedule", "pause", "linker").output
     assert "paused" in invoke("schedule", "show").output
