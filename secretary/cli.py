@@ -19,6 +19,7 @@ from secretary.cli_common import (
     _Group,
     _store,
     _sync,
+    hint_types,
     host_option,
     listening,
     namespace_option,
@@ -317,6 +318,7 @@ def search(
         raise click.BadParameter(what, param_hint=option) from None
     with _store(ctx, namespace=namespace) as store:  # closing the store writes the recall
         result = store.search(request, now=utc_now())
+        hint_types(store, namespace, types)
     for note in result.degraded:
         click.echo(f"warning: {note}", err=True)
     if as_json:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,3 +225,22 @@ def _index_failure(exc: Exception) -> bool:
     return _is(exc, "store.vector.chroma", "VectorIndexError") or _is(
         exc, "store.vector.embedder", "EmbedderError"
     )
+
+
+def hint_types(store: Any, namespace: str, types: Sequence[str]) -> None:
+    """Say on stderr which type was meant by a --type no memory of the namespace has, when it
+    is close to a known one. A hint, not a refusal: the type column is open."""
+    if not types:
+        return
+    from difflib import get_close_matches
+
+    from store.kinds import MemoryType
+
+    present = set(store.db.memories.types(namespace))
+    for wanted in dict.fromkeys(types):
+        if wanted in present:
+            continue
+        known = sorted((present | {kind.value for kind in MemoryType}) - {wanted})
+        close = get_close_matches(wanted, known, n=1)
+        if close:
+            click.echo(f"note: no memory has type {wanted!r}; did you mean {close[0]!r}?", err=True)

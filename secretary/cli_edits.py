@@ -12,7 +12,14 @@ from typing import Any
 
 import click
 
-from secretary.cli_common import Context, _store, _sync, namespace_option, pass_context
+from secretary.cli_common import (
+    Context,
+    _store,
+    _sync,
+    hint_types,
+    namespace_option,
+    pass_context,
+)
 from store.changes import plural
 from store.clock import utc_now
 
@@ -242,6 +249,7 @@ def forget(
         )
     with _store(ctx, namespace=namespace) as store:
         plan = store.forget(namespace, selection, now=utc_now(), dry_run=True).plan
+        hint_types(store, namespace, types)
         if not plan.memories and not plan.logs:
             click.echo("nothing matched: nothing to forget")
             return

@@ -10,7 +10,14 @@ from typing import Any
 
 import click
 
-from secretary.cli_common import Context, _store, _sync, namespace_option, pass_context
+from secretary.cli_common import (
+    Context,
+    _store,
+    _sync,
+    hint_types,
+    namespace_option,
+    pass_context,
+)
 from store.changes import plural
 from store.clock import utc_now
 from store.kinds import MemoryStatus
@@ -78,6 +85,7 @@ def memory_list(
         raise click.BadParameter(what, param_hint=f"--{where.split('.')[0]}") from None
     with _store(ctx, namespace=namespace) as store:
         listed = list_memories(store.db, request)
+        hint_types(store, namespace, types)
     memories = listed.page.memories
     if as_json:
         page = {"memories": [memory_json(m, detail=True) for m in memories]}

@@ -193,6 +193,12 @@ class MemoryReads:
                 session.scalars(select(Memory.namespace).distinct().order_by(Memory.namespace))
             )
 
+    def types(self, namespace: str) -> list[str]:
+        """Return the types of the namespace's memories (any status), sorted."""
+        query = select(Memory.type).where(Memory.namespace == namespace).distinct()
+        with self._session() as session:
+            return sorted(session.scalars(query))
+
     def largest_namespaces(self, limit: int) -> list[str]:
         """Return up to ``limit`` namespaces, those with the most active memories first."""
         count = func.count().label("count")

@@ -96,6 +96,15 @@ def test_export_then_ingest_restores_into_new_store(run: Run, tmp_path: Path) ->
     assert verify.exit_code == 0, verify.output
 
 
+def test_search_hints_a_misspelt_type(run: Run) -> None:
+    run("init")
+    run("ingest", str(SAMPLE), "--no-index")
+    hinted = run("search", "running", "--type", "evnet")
+    assert "note: no memory has type 'evnet'; did you mean 'event'?" in hinted.stderr
+    assert "note:" not in run("search", "running", "--type", "event").stderr
+    assert "note:" not in run("search", "running", "--type", "recipe_card").stderr  # open set
+
+
 def test_search_no_reinforce_changes_nothing(run: Run) -> None:
     run("init")
     run("ingest", str(SAMPLE))

@@ -144,6 +144,8 @@ def test_forget_needs_a_selection_and_good_filters(run: Run, stored: Path) -> No
     assert "name what to forget" in run("forget", "--yes", code=2).stderr
     assert "Invalid value for --since" in run("forget", "--since", "soon", code=2).stderr
     assert "nothing matched" in run("forget", "--tag", "nope", "--yes").output
+    hinted = run("forget", "--type", "prefrence", "--yes")
+    assert "note: no memory has type 'prefrence'; did you mean 'preference'?" in hinted.stderr
 
 
 # -- conversation log lines -------------------------------------------------------------------

@@ -39,6 +39,14 @@ def test_memory_list_filters_and_bad_option(run: Run) -> None:
     assert "Invalid value for --cursor: not a cursor this API gave out" in bad.stderr
 
 
+def test_memory_list_hints_a_misspelt_type(run: Run) -> None:
+    run("init")
+    run("ingest", str(SAMPLE), "--no-index")
+    hinted = run("memory", "list", "--type", "fcat", "--type", "event")
+    assert "note: no memory has type 'fcat'; did you mean 'fact'?" in hinted.stderr
+    assert "[event]" in hinted.stdout
+
+
 def test_memory_show_with_relations_and_missing_id(run: Run) -> None:
     run("init")
     run("ingest", str(SAMPLE), "--no-index")
