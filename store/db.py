@@ -256,6 +256,11 @@ def describe_database_error(exc: BaseException, url: str | URL) -> str:
 
 def _describe_sqlite(detail: str, database: Path) -> str:
     where = f"the SQLite database {database}"
+    if "unable to open" in detail and not database.parent.is_dir():
+        return (
+            f"cannot open {where}: the directory {database.parent} does not exist; "
+            "`secretary init` creates it (or check --data-dir and database.url)"
+        )
     if "unable to open" in detail or "readonly" in detail:
         return (
             f"cannot write {where} ({detail}): run as the user who owns {database.parent}, "

@@ -232,6 +232,21 @@ def test_unreachable_llm_names_the_server_and_setting(run: Run, tmp_path: Path) 
     assert "SECRETARY_LLM_API_BASE" in result.output
 
 
+def test_db_upgrade_in_a_missing_directory_says_init_creates_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexist" / "x"
+    result = subprocess.run(
+        [SECRETARY, "--data-dir", str(missing), "db", "upgrade"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert f"the directory {missing} does not exist" in result.stderr
+    assert "`secretary init` creates it" in result.stderr
+    assert "run as the user" not in result.stderr
+    assert not missing.exists()
+
+
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops root's capabilities to meet permissions")
 def test_permission_denied_on_the_data_dir_names_it(tmp_path: Path) -> None:
