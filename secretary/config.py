@@ -14,9 +14,9 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
-from pydantic import Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
 from secretary.cron import InvalidSchedule, validate_cron, zone
 from secretary.jobs.registry import JOBS
@@ -132,7 +132,7 @@ class Settings(StoreSettings):
         for section, key in (("index", "embedder_api_key"), ("llm", "api_key")):
             if data[section][key]:
                 data[section][key] = "***"
-        data["api"]["keys"] = [{**k, "key": k["key"][:2] + "***"} for k in data["api"]["keys"]]
+        data["api"]["keys"] = [{**k, "key": "***"} for k in data["api"]["keys"]]  # not a letter
         if "@" in data["database"]["url"]:
             scheme, _, rest = data["database"]["url"].partition("://")
             data["database"]["url"] = f"{scheme}://***@{rest.rpartition('@')[2]}"
@@ -224,9 +224,25 @@ def _describe(exc: ValidationError, path: Path | None, given: Mapping[tuple[str,
         source = next((given[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in given), None)
         where = f" (from {source})" if source else in_file
         message = (
-            "unknown option"
+            "unknown option" + _guess(loc)
             if error["type"] == "extra_forbidden"
             else str(error["msg"]).removeprefix("Value error, ")
         )
         lines.append(f"config option '{key}'{where}: {message}")
     return "\n".join(lines)
+
+
+def _guess(loc: tuple[str, ...]) -> str:
+    """Given an unknown option's place, say which known option of its section it is close to."""
+    model: type[BaseModel] = Settings
+    for part in loc[:-1]:
+        if part.isdigit():  # an entry of a list of tables, such as api.keys.0
+            continue
+        field = model.model_fields.get(part)
+        kind: Any = field.annotation if field is not None else None
+        kind = next(iter(get_args(kind)), kind)  # list[ApiKey] -> ApiKey
+        if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+            return ""
+        model = kind
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1) if loc else []
+    return f" (did you mean {close[0]!r}?)" if close else ""

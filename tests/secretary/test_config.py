@@ -100,6 +100,14 @@ def test_load_settings_every_secretary_variable_the_project_uses_is_allowed() ->
     ("text", "env", "message"),
     [
         ("[api]\nprot = 1\n", {}, "config option 'api.prot'.*unknown option"),
+        ('[llm]\nmodle = "x"\n', {}, r"'llm\.modle'.*unknown option \(did you mean 'model'\?\)"),
+        ('[schedule]\nlinkr = "x"\n', {}, r"unknown option \(did you mean 'linker'\?\)"),
+        (
+            '[[api.keys]]\nkey = "abcdefghijkl"\nnamespaces = ["a"]\nnmae = "x"\n',
+            {},
+            r"'api\.keys\.0\.nmae'.*unknown option \(did you mean 'name'\?\)",
+        ),
+        ("[api]\nzzzz = 1\n", {}, r"'api\.zzzz'.*unknown option$"),
         ("[api]\nport = 0\n", {}, "config option 'api.port'"),
         ("", {"SECRETARY_API_PORT": "http"}, "config option 'api.port'"),
         ("[retrieval]\nw_sim = -1\n", {}, "config option 'retrieval.w_sim'"),
@@ -183,10 +191,12 @@ def test_redacted_hides_secrets(tmp_path: Path) -> None:
         '[llm]\napi_key = "sk-secret"\n[database]\nurl = "postgresql://u:pw@h/db"\n'
         '[[api.keys]]\nkey = "abcdefghijkl"\nnamespaces = ["a"]\n',
     )
-    shown = str(load_settings(path, {}).redacted())
+    redacted = load_settings(path, {}).redacted()
+    shown = str(redacted)
     assert "sk-secret" not in shown
     assert "pw" not in shown
     assert "abcdefghijkl" not in shown
+    assert redacted["api"]["keys"][0]["key"] == "***"  # not even its first letters
 
 
 def _options(model: type[BaseModel], prefix: str = "") -> list[str]:
