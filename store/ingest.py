@@ -66,10 +66,12 @@ def _decode(number: int, line: str) -> tuple[Any, tuple[str, str] | None]:
     if bad is not None:
         byte = ord(line[bad]) - 0xDC00
         return None, (f"line {number}", f"not valid UTF-8: byte 0x{byte:02x} at column {bad + 1}")
+    text = line.rstrip("\r\n")  # else a problem at its end is at "column 1" of the next line
     try:
-        return json.loads(line), None
+        return json.loads(text), None
     except json.JSONDecodeError as exc:
-        return None, (f"line {number}", f"not valid JSON: {exc.msg} at column {exc.colno}")
+        end = " (the end of the line)" if exc.pos >= len(text) else ""
+        return None, (f"line {number}", f"not valid JSON: {exc.msg} at column {exc.colno}{end}")
 
 
 def _batches(path: Path, size: int) -> Iterator[tuple[list[Any], list[str], list[tuple[str, str]]]]:

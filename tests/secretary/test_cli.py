@@ -73,6 +73,28 @@ def test_ingest_bad_lines_reported_by_number_nothing_written(run: Run, tmp_path:
     assert "namespace 'default' holds nothing" in run("export", code=1).stderr
 
 
+def test_ingest_bad_json_names_line_and_column(run: Run, tmp_path: Path) -> None:
+    run("init")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"content": "x", "type": "e"\n'  # no closing brace
+        '{"content": "x",}\n'
+        "hello\n"
+        '{"content": "x"} extra\r\n'
+        '{"content": "x",\n'
+    )
+    errors = run("ingest", str(bad), code=3).stderr
+    for says in [
+        "line 1: not valid JSON: Expecting ',' delimiter at column 29 (the end of the line)",
+        "line 2: not valid JSON: Expecting property name enclosed in double quotes at column 17",
+        "line 3: not valid JSON: Expecting value at column 1",
+        "line 4: not valid JSON: Extra data at column 18",
+        "line 5: not valid JSON: Expecting property name enclosed in double quotes at column 17"
+        " (the end of the line)",
+    ]:
+        assert says in errors, errors
+
+
 def test_export_then_ingest_restores_into_new_store(run: Run, tmp_path: Path) -> None:
     run("init")
     run("ingest", str(SAMPLE), "--namespace", "maya")
