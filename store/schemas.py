@@ -62,7 +62,7 @@ def _timestamp_text(value: Any) -> Any:
     if isinstance(value, datetime):
         return value
     if not isinstance(value, str) or _NUMBER.fullmatch(value):
-        raise ValueError("must be an ISO-8601 date-time string")
+        raise ValueError(_ISO_TIME)
     return value
 
 
@@ -92,7 +92,7 @@ def _clean_tags(value: tuple[str, ...]) -> tuple[str, ...]:
 def _json_integer(value: Any) -> Any:
     # JSON's integers, 7.0 included; not "7" or true, which pydantic would also take.
     if isinstance(value, bool | str):
-        raise ValueError("must be an integer")
+        raise ValueError("should be a whole number")
     return value
 
 
@@ -311,16 +311,40 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
     return out
 
 
+_ISO_TIME = "should be an ISO 8601 time such as 2026-03-02T09:15:00Z"
+# pydantic's common error types in plain words (its own say "Input should be a valid tuple").
+_PLAIN_WORDS = {
+    "missing": "is required",
+    "extra_forbidden": "is not a known field",
+    "string_type": "should be a string",
+    "int_type": "should be a whole number",
+    "int_parsing": "should be a whole number",
+    "int_from_float": "should be a whole number",
+    "bool_type": "should be true or false",
+    "bool_parsing": "should be true or false",
+    "dict_type": "should be a JSON object",
+    "list_type": "should be a list",
+    "tuple_type": "should be a list",
+    "datetime_type": _ISO_TIME,
+    "datetime_parsing": _ISO_TIME,
+    "datetime_from_date_parsing": _ISO_TIME,
+}
+
+
 def problem_message(error: Any) -> str:
-    """One pydantic error in words: the schema's own patterns said as what they ask, not as
-    the regular expression."""
-    if error["type"] == "extra_forbidden":
-        return "unknown field"
-    if error["type"] == "string_pattern_mismatch":
-        said = _PATTERN_WORDS.get(str((error.get("ctx") or {}).get("pattern")))
+    """One pydantic error in words: its common types said plainly, the schema's own patterns
+    said as what they ask, not as the regular expression."""
+    kind, ctx, loc = error["type"], error.get("ctx") or {}, tuple(error.get("loc", ()))
+    if kind in {"list_type", "tuple_type"} and loc[-1:] == ("tags",):
+        return "should be a list of strings"
+    if kind in _PLAIN_WORDS:
+        why = ctx.get("error") if kind.startswith("datetime") else None
+        return f"{_PLAIN_WORDS[kind]} ({why})" if why else _PLAIN_WORDS[kind]
+    if kind == "string_pattern_mismatch":
+        said = _PATTERN_WORDS.get(str(ctx.get("pattern")))
         if said is not None:
             return said
-    return str(error["msg"])
+    return str(error["msg"]).removeprefix("Value error, ")
 
 
 Item = TypeVar("Item", MemoryIn, LogIn)

@@ -58,7 +58,7 @@ def _unwrap(
     body = items[0] if labels == ["body"] else None
     if not isinstance(body, dict) or "items" not in body:
         return items, labels, on_conflict or "error"
-    problems = [(f"body.{key}", "unknown field") for key in body if key not in WRAPPER_KEYS]
+    problems = [(f"body.{key}", "is not a known field") for key in body if key not in WRAPPER_KEYS]
     inner, said = body["items"], body.get("on_conflict")
     if not isinstance(inner, list) or not inner:
         problems.append(("body.items", "expected a non-empty array of objects"))

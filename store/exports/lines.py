@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from store.clock import parse_timestamp
 from store.kinds import MemoryStatus, RecordStatus
+from store.schemas import problem_message
 from store.text import content_hash
 
 TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,31}$"
@@ -239,9 +240,7 @@ def _problems(exc: ValidationError) -> list[str]:
     out = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"])
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if error["type"] in {"extra_forbidden", "missing"}:
-            message = "unknown field" if error["type"] == "extra_forbidden" else "missing"
+        message = problem_message(error)
         out.append(f"{where}: {message}" if where else message)
     return out
 

@@ -106,9 +106,34 @@ def test_ingest_export_with_bad_lines_names_each_writes_nothing(run: Run, tmp_pa
         "--data-dir", str(other), "ingest", str(write(tmp_path / "e.jsonl", *lines)), code=3
     )
     assert result.stderr.strip() == (
-        "error: rejected, nothing written: line 1: content: missing; line 2: event_time: "
-        "Input should be a valid string"
+        "error: rejected, nothing written: line 1: content: is required; line 2: event_time: "
+        "should be a string"
     )
+
+
+def test_ingest_bad_fields_said_in_plain_words_by_line(run: Run, tmp_path: Path) -> None:
+    run("init")
+    bad = write(
+        tmp_path / "bad.jsonl",
+        {"content": "x", "tags": "a"},
+        {"content": "x", "timestamp": "2026"},
+        {"content": "x", "timestamp": "2026-03"},
+        {"content": "x", "importance": "high"},
+        {"content": 5},
+        {"type": "event"},
+        {"content": "x", "tagz": ["a"]},
+    )
+    problems = run("ingest", str(bad), code=3).stderr.strip().split("; ")
+    time = "should be an ISO 8601 time such as 2026-03-02T09:15:00Z"
+    assert problems == [
+        "error: rejected, nothing written: line 1: tags: should be a list of strings",
+        f"line 2: timestamp: {time}",
+        f"line 3: timestamp: {time} (input is too short)",
+        "line 4: importance: should be a whole number",
+        "line 5: content: should be a string",
+        "line 6: content: is required",
+        "line 7: tagz: is not a known field",
+    ]
 
 
 def test_ingest_export_with_update_refused(run: Run, tmp_path: Path) -> None:

@@ -158,7 +158,7 @@ def test_parse_items_bad_lines_reported_with_labels() -> None:
     assert len(parsed) == 1
     where = [label for label, _ in problems]
     assert where == ["line 2", "line 3", "line 4", "line 5", "line 6"]
-    assert "unknown field" in problems[2][1]
+    assert "colour: is not a known field" in problems[2][1]
     assert "max_content_chars" in problems[4][1]
 
 

@@ -76,7 +76,7 @@ def test_post_memories_wrapped_body_problems_are_named(client: TestClient, store
     bad = ingest(client, {"items": [], "on_conflict": "merge", "extra": 1})
     assert bad.status_code == 422
     assert problems(bad) == [
-        "body.extra: unknown field",
+        "body.extra: is not a known field",
         "body.items: expected a non-empty array of objects",
         "body.on_conflict: expected one of error, update",
     ]

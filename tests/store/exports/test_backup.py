@@ -158,7 +158,7 @@ def test_import_bad_lines_named_nothing_written(db: Database, other: Database) -
     _, problems = parse_export(objects, labels)
     assert problems == [
         (f"line {log + 1}", "timestamp: not an ISO-8601 time: 'not a time'"),
-        (f"line {record + 1}", "operations: missing"),
+        (f"line {record + 1}", "operations: is required"),
     ]
 
 

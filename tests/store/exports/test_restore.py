@@ -64,8 +64,8 @@ def test_restore_bad_lines_each_named_nothing_written(db: Database, source: Data
     with pytest.raises(ValidationFailed) as caught:
         db.writer.restore("ns", broken, now=NOW, labels=labels(4))
     assert caught.value.problems == [
-        ("line 1", "content: missing"),
-        ("line 2", "importance: Input should be a valid integer"),
+        ("line 1", "content: is required"),
+        ("line 2", "importance: should be a whole number"),
         ("line 3", "event_time: not an ISO-8601 time: 'last tuesday'"),
     ]
     assert rows(db) == (0, 0, 0)
