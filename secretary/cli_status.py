@@ -7,7 +7,7 @@ A thin command over ``store.status`` (what GET /v1/status serves too).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,8 @@ from store.changes import plural
 from store.clock import utc_now
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from store.status import (
         DaemonStatus,
         FiringStatus,
@@ -48,15 +50,28 @@ def status(ctx: Context, namespace: str | None, as_json: bool) -> None:
         found = read_status(
             store.db, config, now=utc_now(), namespaces=(namespace,) if namespace else None
         )
+        planned = None if found.daemons or as_json else _planned(ctx, store.engine, found.now)
     if as_json:
         click.echo(json.dumps(status_json(found), indent=2))
         return
-    for line in status_lines(found):
+    for line in status_lines(found, planned=planned):
         click.echo(line)
 
 
-def status_lines(found: Status) -> list[str]:
-    """The status as text lines."""
+def _planned(ctx: Context, engine: Engine, now: datetime) -> dict[str, datetime]:
+    """Each job's next firing by the schedule, as `schedule show` says it, for a store that
+    no daemon runs (the daemon publishes its own)."""
+    from secretary.scheduler import ScheduleBook, plan_schedule
+    from store.coordination.schedules import ScheduleTable
+
+    overrides = ScheduleBook(ScheduleTable(engine)).entries()
+    plan = plan_schedule(ctx.settings.schedule, overrides, now=now, count=1)
+    return {job.schedule.job: job.next_times[0] for job in plan if job.next_times}
+
+
+def status_lines(found: Status, *, planned: Mapping[str, datetime] | None = None) -> list[str]:
+    """The status as text lines; ``planned``: each job's next firing by its schedule, shown
+    while no daemon runs."""
     daemon = found.daemon
     if found.daemons:
         lines = [f"daemons: {len(found.daemons)} running"]
@@ -69,7 +84,7 @@ def status_lines(found: Status) -> list[str]:
         lines = ["daemon: not running"]
     lines += _night_lines(found.firings, found.now)
     lines.append("schedule:")
-    lines += [f"  {_schedule_line(entry)}" for entry in found.schedule]
+    lines += [f"  {_schedule_line(entry, planned or {})}" for entry in found.schedule]
     limit = found.max_tokens_per_day
     for space in found.namespaces:
         lines.append(f"namespace {space.namespace!r}: {_budget(space, limit)}")
@@ -134,7 +149,7 @@ def _namespaces(count: int) -> str:
     return f"{count:,} namespace{'' if count == 1 else 's'}"
 
 
-def _schedule_line(entry: ScheduleStatus) -> str:
+def _schedule_line(entry: ScheduleStatus, planned: Mapping[str, datetime]) -> str:
     parts = []
     if entry.paused:
         parts.append("paused")
@@ -147,6 +162,8 @@ def _schedule_line(entry: ScheduleStatus) -> str:
         parts.append(f"running since {_at(entry.last_fired_at)}")
     if entry.next_fire_at is not None:
         parts.append(f"next {_at(entry.next_fire_at)}")
+    elif not entry.paused and entry.job in planned:
+        parts.append(f"next {_at(planned[entry.job])} if a daemon runs then")
     elif not entry.paused:
         parts.append("next: when a daemon runs")
     return f"{entry.job:<13} {'; '.join(parts)}"
@@ -188,7 +205,22 @@ def _job_line(job: JobStatus) -> str:
 
 
 def _backlog(job: JobStatus) -> str:
+    """The items a job has yet to read; for a job of two parts, what each part waits on."""
     counts = dict(job.backlog or {})
     if len(set(counts.values())) <= 1:
         return str(job.backlog_total)
-    return f"{job.backlog_total} (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")"
+    parts = _parts_of(job.job)
+    said = (f"{count} {parts.get(key, f'past its {key}')}" for key, count in counts.items())
+    return f"{job.backlog_total} (" + ", ".join(said) + ")"
+
+
+def _parts_of(name: str) -> dict[str, str]:
+    """A job's watermarks, as what waits past each: the part without a model, the model's."""
+    from secretary.jobs.registry import JOBS
+
+    job = JOBS.get(name)
+    model, rules = (getattr(job, key, None) for key in ("llm_watermark", "deterministic_watermark"))
+    words = {model: "for the model"} if model else {}
+    if rules:
+        words[rules] = "for the part that needs no model"
+    return words
