@@ -171,9 +171,10 @@ def namespaces(ctx: Context, as_json: bool) -> None:
 def export(ctx: Context, namespace: str, whole: bool) -> None:
     """Print the namespace as deterministic JSONL: every memory (any status) and relation.
 
-    The output is a backup: `secretary ingest FILE --namespace NS` restores it (and
-    `secretary import FILE --namespace NEW` copies it into another namespace). With
-    --all, the whole store, for `secretary import`.
+    The output is a backup of namespace NS: `secretary ingest FILE --namespace NS` restores
+    it into NS, the namespace it came from (ingest refuses another); `secretary import FILE
+    --namespace NEW` copies it into another namespace. With --all, the whole store, for
+    `secretary import`.
     """
     from store.exports.backup import export_store
 

@@ -218,11 +218,9 @@ def _existing_memories(
     for chunk in _chunks(hashes):
         matches = session.scalars(
             select(Memory)
-            .where(
-                Memory.namespace == namespace,
-                Memory.content_hash.in_(chunk),
-                Memory.external_id.is_(None),
-            )
+            # A line without an external id is the stored memory of the same content, session
+            # and time, whether or not that one was given an external id.
+            .where(Memory.namespace == namespace, Memory.content_hash.in_(chunk))
             .order_by(Memory.id)
         )
         for row in matches:

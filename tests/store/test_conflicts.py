@@ -68,6 +68,18 @@ def test_add_memories_same_item_again_is_not_a_conflict(db: Database) -> None:
     assert (second.created, second.updated, second.record_id) == ((), (), None)
 
 
+def test_an_item_without_external_id_is_the_stored_one_that_has_one(db: Database) -> None:
+    first = db.writer.add_memories(
+        "ns", [mem("tea", external_id="m1", session_id="s", timestamp=NOW)], now=NOW
+    )
+    again = db.writer.add_memories("ns", [mem("tea", session_id="s", timestamp=NOW)], now=NOW)
+    assert (again.ids, again.created) == (first.ids, ())
+    later = db.writer.add_memories(
+        "ns", [mem("tea", session_id="s", timestamp=NOW + HOUR)], now=NOW
+    )
+    assert later.created == later.ids != first.ids  # another time: another memory
+
+
 def test_add_memories_omitted_fields_do_not_conflict(db: Database) -> None:
     db.writer.add_memories("ns", [mem("likes tea", external_id="x1", tags=["a"])], now=NOW)
     result = db.writer.add_memories("ns", [mem("likes tea", external_id="x1")], now=NOW)
