@@ -6,7 +6,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from loguru import logger
 
@@ -83,8 +83,9 @@ def configure(level: str = "INFO", *, json: bool = False) -> None:
     """
     logger.remove()
     level = level.upper()
+    stream = sys.stderr
     logger.add(
-        sys.stderr,
+        _over_the_status_line(stream) if stream.isatty() and not json else stream,
         level=level,
         serialize=json,
         format=_format_with_traceback if level in {"DEBUG", "TRACE"} else _format_one_line,
@@ -94,6 +95,18 @@ def configure(level: str = "INFO", *, json: bool = False) -> None:
     logging.basicConfig(handlers=[_Intercept()], level=logging.WARNING, force=True)
     for noisy in ("chromadb", "httpx", "LiteLLM", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _over_the_status_line(stream: TextIO) -> Callable[[str], None]:
+    """A terminal's sink: each line first clears the line it starts on, where a progress bar or
+    status line (secretary.progress) may stand, so that the two do not run into each other;
+    the bar is drawn again below at its next step."""
+
+    def write(message: str) -> None:
+        stream.write("\r\x1b[K" + message)
+        stream.flush()
+
+    return write
 
 
 _LINE = "{time:YYYY-MM-DDTHH:mm:ss.SSSZ} {level:<7} {name}: {message}"

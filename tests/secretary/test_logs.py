@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import sys
 from collections.abc import Iterator
 
 import pytest
 from loguru import logger
 
-from secretary.logs import Outage
+from secretary.logs import Outage, configure
+from secretary.progress import progress
 
 
 @pytest.fixture
@@ -42,3 +45,32 @@ def test_an_outage_warns_once_then_every_minute_then_says_it_ended(lines: list[s
     ]
     assert sum(line.startswith("DEBUG") for line in lines) == 119
     assert not any("[SQL:" in line for line in lines)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_a_log_line_clears_a_progress_bar_on_a_terminal_only(
+    tty: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = _Terminal() if tty else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    try:
+        configure("INFO")
+        with progress("ingesting", 10) as bar:
+            bar.advance(3)
+            logger.warning("the index is down")
+            bar.advance(7)
+    finally:
+        logger.remove()
+    text = stream.getvalue()
+    line = next(part for part in text.split("\n") if "the index is down" in part)
+    if tty:  # the bar's line is cleared before the log line is written over it
+        assert "\r\x1b[K" in line
+        assert line.rsplit("\r\x1b[K", 1)[1].split()[1] == "WARNING"
+    else:  # a pipe or a file: the log line alone, from its first character
+        assert "\x1b" not in text
+        assert line.split()[1] == "WARNING"
