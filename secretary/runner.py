@@ -276,6 +276,10 @@ class _Run:
             if (stale := self._overtaken(ctx, record_id)) is not None:
                 message = f"{refusal}; {stale}: record #{record_id} keeps no plan to approve"
             return make_outcome(name, namespace, "refused", message, record_id, stats, kept)
+        if self.dry_run and not kept.changes:  # said as the run itself would say it
+            said: Status = "skipped" if plan.skipped else "nothing"
+            message = plan.skipped or nothing_words(stats)
+            return make_outcome(name, namespace, said, message, None, stats, kept)
         if self.dry_run:
             return make_outcome(name, namespace, "planned", "dry run", None, stats, kept)
         if not kept.changes:
