@@ -1,8 +1,7 @@
 """Running a job on a namespace: guardrails, apply (or store for approval), records, health.
 
 ``run_job`` is the job boundary, the one broad catch: a run that raises is recorded as failed
-(with the error and the tokens it spent), its traceback logged, and nothing of the failing part
-is applied. A run
+(with its error and tokens spent), its traceback logged, nothing of the failing part applied. A run
 
 1. takes the job's lease on the namespace, so that one run at a time does the work, across
    processes and hosts (a second one is skipped and says who runs);
@@ -15,8 +14,7 @@ is applied. A run
 4. saves the job's health with the run's last record: the outcome, failures in a row and the
    back-off, and the items quarantined after a call failed too often (``secretary.health``).
 
-``secretary.cycle`` runs the jobs over the namespaces, as `secretary dream` does.
-"""
+``secretary.cycle`` runs the jobs over the namespaces, as `secretary dream` does."""
 
 from __future__ import annotations
 
@@ -276,12 +274,10 @@ class _Run:
             if (stale := self._overtaken(ctx, record_id)) is not None:
                 message = f"{refusal}; {stale}: record #{record_id} keeps no plan to approve"
             return make_outcome(name, namespace, "refused", message, record_id, stats, kept)
-        if self.dry_run and not kept.changes:  # said as the run itself would say it
-            said: Status = "skipped" if plan.skipped else "nothing"
-            message = plan.skipped or nothing_words(stats)
-            return make_outcome(name, namespace, said, message, None, stats, kept)
-        if self.dry_run:
-            return make_outcome(name, namespace, "planned", "dry run", None, stats, kept)
+        if self.dry_run:  # with nothing to change, said as the run itself would say it
+            said: Status = "planned" if kept.changes else "skipped" if plan.skipped else "nothing"
+            words = "dry run" if kept.changes else plan.skipped or nothing_words(stats)
+            return make_outcome(name, namespace, said, words, None, stats, kept)
         if not kept.changes:
             return self._nothing(ctx, kept, stats)
         if needs_approval(ctx.jobs.approval, kept.operations):
