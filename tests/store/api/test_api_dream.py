@@ -4,6 +4,8 @@ daemon is tested on the worker in test_dream_requests.py)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -130,6 +132,19 @@ def test_post_dream_key_gets_its_namespaces_only(keyed: Store) -> None:
     assert [by_id[i] for i in both.json()["ids"]] == ["a", "b"]
     assert len(by_id) == 3  # the refused ones queued nothing
     assert keyed.db.dream_requests.get(own.json()["id"]).requested_by == "api:agent a"  # type: ignore[union-attr]
+
+
+def test_a_key_without_a_name_is_recorded_by_its_fingerprint(keyed: Store) -> None:
+    # KEY_B and KEY_AB have no name and share their first characters ("ke"): the records
+    # must tell them apart, and hold no character of either key.
+    with client_for(keyed) as client:
+        by_b = client.post("/v1/dream", headers=auth(KEY_B)).json()["id"]
+        by_ab = client.post("/v1/dream?namespace=a", headers=auth(KEY_AB)).json()["id"]
+    names = [keyed.db.dream_requests.get(i).requested_by for i in (by_b, by_ab)]  # type: ignore[union-attr]
+    assert names[0] != names[1]
+    for name, key in zip(names, (KEY_B, KEY_AB), strict=True):
+        assert re.fullmatch(r"api:key-[0-9a-f]{8}", name)
+        assert hashlib.sha256(key.encode()).hexdigest().startswith(name.removeprefix("api:key-"))
 
 
 def test_get_dream_shows_status_and_outcomes_within_the_keys_namespaces(keyed: Store) -> None:
