@@ -3,7 +3,9 @@ memory, killed or stopped. Only processes started here are ever signalled, by th
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -176,21 +178,42 @@ def wait_ready(proc: Proc, url: str, timeout: float = START_SECONDS) -> None:
     raise ProcessFailed(f"{proc.name} not ready at {url} after {timeout:.0f} s:\n{proc.tail()}")
 
 
+def chroma_indexes() -> int:
+    """How many collections' HNSW indexes the Chroma server keeps open: a fifth of the open-file
+    limit it inherits, as chromadb's embedded client does. Each open index holds 4 files;
+    `chroma run --path` keeps up to 65,536 open, so at a limit of 20,000 it stopped writing at
+    4,994 collections ("Failed to apply logs to the hnsw segment writer"). An index evicted
+    closes its files and is read again from disk when next used (docs/operations.md)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 65536 if soft == resource.RLIM_INFINITY else max(soft // 5, 1)
+
+
+def chroma_config(path: Path, port: int) -> str:
+    """`chroma run`'s YAML for ``path`` on 127.0.0.1:``port`` (a config file excludes --path,
+    --host and --port), with the server's HNSW index pool bounded by chroma_indexes()."""
+    return "\n".join(
+        [
+            f"persist_path: {json.dumps(str(path))}",
+            'listen_address: "127.0.0.1"',
+            f"port: {port}",
+            "stdout_tracing: true",  # what `chroma run --path` logs
+            "segment_manager:",
+            "  hnsw_index_pool_cache_config:",
+            "    memory:",
+            f"      capacity: {chroma_indexes()}",
+            "",
+        ]
+    )
+
+
 def chroma_server(path: Path, port: int, log_path: Path) -> Proc:
-    """Start `chroma run` on ``path`` and wait for its heartbeat. Raise ProcessFailed if the
-    port is taken."""
+    """Start `chroma run` on ``path`` (its config beside ``log_path``) and wait for its
+    heartbeat. Raise ProcessFailed if the port is taken."""
     if not port_free(port):
         raise ProcessFailed(f"port {port} is in use: is another fleet run going?")
-    command = [
-        str(BIN / "chroma"),
-        "run",
-        "--path",
-        str(path),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
+    config = log_path.with_suffix(".yaml")
+    config.write_text(chroma_config(path, port))
+    command = [str(BIN / "chroma"), "run", str(config)]
     proc = start("chroma", command, log_path, clean_environ())
     proc.url = f"http://127.0.0.1:{port}"
     wait_ready(proc, f"{proc.url}/api/v2/heartbeat")
