@@ -25,6 +25,15 @@ class _Intercept(logging.Handler):
         logger.opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
 
 
+def first_line(exc: BaseException) -> str:
+    """The error's first line, what went wrong: SQLAlchemy adds the statement and a link after
+    it, and notes before it (its ``detail``: "(raised as a result of Query-invoked autoflush;
+    ...)" when a query's flush failed), which say nothing of the cause."""
+    notes = {f"({note})" for note in getattr(exc, "detail", None) or ()}
+    lines = [line for line in str(exc).strip().splitlines() if line.strip() not in notes]
+    return next((line for line in lines if line.strip()), type(exc).__name__)
+
+
 class Outage:
     """The log of one thing that fails again and again while something is down (a loop that
     polls the database every half second): the first failure as a warning, the repeats at
@@ -44,7 +53,7 @@ class Outage:
     def failed(self, exc: BaseException) -> None:
         now = self._clock()
         self._failures += 1
-        error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        error = first_line(exc)
         if self._failures == 1:
             self._since = self._told = now
             logger.warning("{}: {}", self.what, error)

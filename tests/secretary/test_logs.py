@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from loguru import logger
+from sqlalchemy.exc import OperationalError
 
 from secretary.logs import Outage, configure
 from secretary.progress import progress
@@ -45,6 +46,22 @@ def test_an_outage_warns_once_then_every_minute_then_says_it_ended(lines: list[s
     ]
     assert sum(line.startswith("DEBUG") for line in lines) == 119
     assert not any("[SQL:" in line for line in lines)
+
+
+def test_an_outage_says_the_cause_of_an_error_an_autoflush_raised(lines: list[str]) -> None:
+    # SQLAlchemy puts a note before the cause of an error a query's autoflush raised: the log
+    # said "cannot claim work, trying again: (raised as a result of Query-invoked autoflush; ...)".
+    error = OperationalError("INSERT", {}, Exception("terminating connection"))
+    error.add_detail(
+        "raised as a result of Query-invoked autoflush; consider using a session.no_autoflush"
+        " block if this flush is occurring prematurely"
+    )
+
+    Outage("cannot claim work, trying again").failed(error)
+
+    assert lines == [
+        "WARNING cannot claim work, trying again: (builtins.Exception) terminating connection"
+    ]
 
 
 class _Terminal(io.StringIO):
