@@ -213,7 +213,7 @@ class Dispatcher:
             self._announce(firing, opened)
             if not self._wait_for(firing, request=request):
                 return None
-            return self._outcomes(firing)
+            return self._final_outcomes(firing)
 
     # -- the daemon's side ------------------------------------------------------------------------
 
@@ -431,7 +431,7 @@ class Dispatcher:
                 due = time.monotonic() - reported_at >= PROGRESS_SECONDS or ended
                 if request is not None and progress.done != reported and due:
                     reported, reported_at = progress.done, time.monotonic()
-                    self._progress(request, self._outcomes(firing))
+                    self._progress(request, firing)
                 if ended:
                     return True
             with self._changed:
@@ -441,9 +441,24 @@ class Dispatcher:
     def _outcomes(self, firing: FiringView) -> list[dict[str, Any]]:
         return [dict(o) for unit in self._firings.units(firing.id) for o in unit.outcomes]
 
-    def _progress(self, request: DreamRequestView, outcomes: Sequence[Mapping[str, Any]]) -> None:
+    def _final_outcomes(self, firing: FiringView) -> list[dict[str, Any]] | None:
+        """The outcomes of a firing whose units are done, read again while the database fails
+        (the work is done: a connection cut now must not fail the request); None if stopped."""
+        down = Outage(f"firing {firing.key}: cannot read its outcomes, trying again")
+        while True:
+            try:
+                outcomes = self._outcomes(firing)
+                down.ok()
+                return outcomes
+            except DatabaseError as exc:
+                down.failed(exc)
+            with self._changed:
+                if self._changed.wait_for(lambda: self._stopping, POLL_SECONDS):
+                    return None
+
+    def _progress(self, request: DreamRequestView, firing: FiringView) -> None:
         try:
-            self._calls.progress(request, outcomes)
+            self._calls.progress(request, self._outcomes(firing))
         except DatabaseError as exc:  # only followers miss it: the outcomes are stored at the end
             logger.warning("dream request #{}: cannot store its progress: {}", request.id, exc)
 

@@ -26,6 +26,7 @@ from store.coordination.firings import DONE, PENDING, Firings, UnitView
 from store.database import Database
 from store.errors import SecretaryError
 from tests.helpers.blocking_calls import WAIT, BlockingCalls
+from tests.helpers.db_faults import cut
 
 T0 = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 QUIET = 1.0  # seconds a run that must not start is given to start anyway
@@ -240,6 +241,33 @@ def test_claims_failing_while_the_database_is_down_warn_once_and_say_when_they_w
     claiming = [line for line in lines if "cannot claim work" in line]
     assert [line.split()[0] for line in claiming] == ["WARNING", "DEBUG", "DEBUG", "DEBUG", "INFO"]
     assert "cannot claim work, trying again: works again after 4 failures" in claiming[-1]
+
+
+def test_a_dream_request_outlives_its_outcomes_unreadable_for_a_while(
+    db: Database, dispatchers: list[Dispatcher]
+) -> None:
+    # Its units ran and committed; the database cut while the opener reads their outcomes (its
+    # progress, then the end) must not fail the request, whose work is done.
+    class CutFirings(Firings):
+        cuts = 4
+
+        def units(self, firing_id: int) -> list[UnitView]:
+            if self.cuts:
+                self.cuts -= 1
+                cut(self.engine)
+            return super().units(firing_id)
+
+    calls = BlockingCalls(["maya"])
+    calls.release_all(JOB_NAMES)
+    firings = CutFirings(db.engine)
+    dispatcher = Dispatcher(calls, firings, settings=settings(), holder="daemon-a")
+    dispatchers.append(dispatcher)
+
+    outcomes = dispatcher.dream(dream_request(namespace="maya"))
+
+    assert firings.cuts == 0
+    assert outcomes is not None
+    assert [(o["job"], o["status"]) for o in outcomes] == [(job, "applied") for job in JOB_NAMES]
 
 
 # -- dream requests ------------------------------------------------------------------------------
