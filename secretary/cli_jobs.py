@@ -6,6 +6,7 @@ by ``secretary.cli``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from loguru import logger
 from secretary.cli_common import Context, _store, _sync, pass_context
 from secretary.jobs.base import Plan
 from secretary.jobs.registry import JOB_NAMES
+from secretary.logs import first_line
 from secretary.progress import StatusLine
 from store.changes import plural
 from store.clock import utc_now
@@ -190,6 +192,7 @@ class _Echo:
 # -- asking the daemon -------------------------------------------------------------------------
 
 WAIT_POLL_SECONDS = 0.5
+WAIT_DOWN_SECONDS = 60.0  # how long a waiting `secretary dream` outlasts a database not answering
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,26 +240,51 @@ def _ask_daemon(
 
 
 def _wait(store: Any, requests: DreamRequests, request_id: int) -> DreamRequestView:
-    """Wait for the request to finish, printing each run's line as the daemon stores it."""
-    printed, line = 0, StatusLine()
+    """Wait for the request to finish, printing each run's line once as the daemon stores it
+    (each unit stores its runs as they end, so a new one may come before those printed), and
+    reading again while the database does not answer, for at most ``WAIT_DOWN_SECONDS``."""
+    from store.db import DatabaseError
+
+    printed, line, down_since = set[str](), StatusLine(), None
     while True:
-        request = requests.get(request_id)
-        assert request is not None  # nothing deletes requests
-        for outcome in request.outcomes[printed:]:
+        try:
+            request, gone = _look(store, requests, request_id)
+        except DatabaseError as exc:
+            now = time.monotonic()
+            if down_since is None:
+                down_since = now
+                logger.warning("the database does not answer, trying again: {}", first_line(exc))
+            if now - down_since > WAIT_DOWN_SECONDS:
+                raise
+            line.show(f"dream request #{request_id}: the database does not answer, trying again")
+            time.sleep(WAIT_POLL_SECONDS)
+            continue
+        down_since = None
+        for outcome in request.outcomes:
+            if (key := json.dumps(outcome, sort_keys=True)) not in printed:
+                printed.add(key)
+                line.clear()
+                click.echo(_stored_line(outcome))
+        if request.finished or gone:
             line.clear()
-            click.echo(_stored_line(outcome))
-        printed = max(printed, len(request.outcomes))
-        if request.finished:
-            line.clear()
+            if gone:
+                raise DaemonGone(request_id)
             return request
-        now = utc_now()
-        picker = request.picked_by
-        taken = request.status == "running" and picker and requests.picker_alive(picker, now=now)
-        if not taken and _live_daemon(store) is None:
-            line.clear()
-            raise DaemonGone(request_id)
-        line.show(f"dream request #{request_id}: {request.status}, {plural(printed, 'run')} done")
+        line.show(
+            f"dream request #{request_id}: {request.status}, {plural(len(printed), 'run')} done"
+        )
         time.sleep(WAIT_POLL_SECONDS)
+
+
+def _look(store: Any, requests: DreamRequests, request_id: int) -> tuple[DreamRequestView, bool]:
+    """The request now, and whether it is gone: unfinished, and no live daemon to take it."""
+    request = requests.get(request_id)
+    assert request is not None  # nothing deletes requests
+    if request.finished:
+        return request, False
+    picker, now = request.picked_by, utc_now()
+    taken = request.status == "running" and picker and requests.picker_alive(picker, now=now)
+    return request, not taken and _live_daemon(store) is None
 
 
 def _stop_waiting(requests: DreamRequests, request_id: int) -> str:
