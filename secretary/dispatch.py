@@ -28,7 +28,7 @@ from loguru import logger
 
 from secretary.config import Settings
 from secretary.jobs.registry import JOB_NAMES, get_job
-from secretary.logs import Outage
+from secretary.logs import Outage, error_line
 from secretary.outcomes import RunOutcome, make_outcome
 from secretary.runner import run_job
 from store.clock import utc_now
@@ -375,7 +375,7 @@ class Dispatcher:
             # The job boundary records failures itself; these escaped it (e.g. the database went
             # away before a record could be written). The other namespaces still get their turn.
             logger.error("{} on {!r} ({}) failed: {}", job, namespace, unit.firing.key, exc)
-            return make_outcome(job, namespace, "failed", f"{type(exc).__name__}: {exc}")
+            return make_outcome(job, namespace, "failed", error_line(exc))
         finally:
             self._track(job, namespace, running=False)
         record = f" (record #{outcome.record_id})" if outcome.record_id is not None else ""

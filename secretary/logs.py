@@ -34,6 +34,12 @@ def first_line(exc: BaseException) -> str:
     return next((line for line in lines if line.strip()), type(exc).__name__)
 
 
+def error_line(exc: BaseException, *, full: bool = False) -> str:
+    """A failure as a run's outcome says it: the error's kind and first line; ``full``: all of
+    it (a record's error keeps the statement and parameters SQLAlchemy adds)."""
+    return f"{type(exc).__name__}: {exc if full else first_line(exc)}"
+
+
 class Outage:
     """The log of one thing that fails again and again while something is down (a loop that
     polls the database every half second): the first failure as a warning, the repeats at

@@ -37,6 +37,7 @@ from secretary.jobs.registry import get_job
 from secretary.llm.budget import Budget, TokenLedger
 from secretary.llm.client import LlmClient
 from secretary.llm.throttle import process_throttle
+from secretary.logs import error_line
 from secretary.outcomes import (
     RunOutcome,
     Status,
@@ -305,8 +306,7 @@ class _Run:
         """A plan without changes: save a moved watermark, and record tokens spent or a stop.
 
         The record and the watermark commit together: a crash between the two would lose the
-        run's tokens from the day's budget while its watermark says the work is done.
-        """
+        run's tokens from the day's budget while its watermark says the work is done."""
         moved = state_moved(ctx.state, plan.job_state)
         # Stopped before its first call (the budget is spent): say so in a record, since the
         # job will keep stopping until the budget allows it to run.
@@ -391,8 +391,7 @@ class _Run:
         return outcome
 
     def _dry_run_tokens(self, ctx: JobContext, outcome: RunOutcome) -> RunOutcome:
-        """A dry run changes nothing, but the tokens it spent count: one record says so, so the
-        day's budget sees them."""
+        """A dry run changes nothing, but its tokens count: a record says so, for the budget."""
         info = RecordInfo(
             outcome=Outcome.NOTHING,
             stats={"dry_run": True, "llm_calls": ctx.llm.calls},
@@ -414,9 +413,10 @@ class _Run:
     def _failed(self, ctx: JobContext, exc: BaseException) -> RunOutcome:
         cause: BaseException = exc.cause if isinstance(exc, BatchFailed) else exc
         interrupted = not isinstance(cause, Exception)  # Ctrl-C: no failure of the job
-        error = f"{type(cause).__name__}: {cause}"
-        error = f"interrupted ({type(cause).__name__})" if interrupted else error
-        message = f"{self.overrode}: {error}" if self.overrode else error
+        kind = type(cause).__name__  # the record's error has all of it, the message its first line
+        error = f"interrupted ({kind})" if interrupted else error_line(cause, full=True)
+        said = error if interrupted else error_line(cause)
+        message = f"{self.overrode}: {said}" if self.overrode else said
         if self.dry_run:
             return make_outcome(
                 self.job.name, self.namespace, "failed", message, None, {"llm_calls": 0}

@@ -12,6 +12,7 @@ from secretary.jobs.registry import JOBS, UnknownJob
 from secretary.llm.budget import TokenLedger
 from secretary.runner import run_job
 from store.shapes.records import dropped_total
+from tests.helpers.db_faults import cut
 from tests.helpers.openai_server import CHAT_COMPLETIONS, chat_reply, error_reply
 from tests.secretary.jobs.conftest import HOUR, NOW, World
 
@@ -181,6 +182,27 @@ def test_run_job_unexpected_error_is_recorded_as_failed(
     assert (outcome.status, outcome.message) == ("failed", "RuntimeError: disk on fire")
     (record,) = world.records()
     assert (record.status, record.error) == ("failed", "RuntimeError: disk on fire")
+
+
+def test_run_job_database_cut_says_its_first_line_and_records_all_of_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A connection cut mid-run (pg_terminate_backend): the outcome `secretary dream` prints and
+    # status shows was the error with SQLAlchemy's statement, parameters and link, 7 lines.
+    def cut_short(self: Extractor, ctx: object) -> None:
+        cut(world.store.engine)
+
+    monkeypatch.setattr(Extractor, "parts", cut_short)
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "failed"
+    assert outcome.message.startswith("OperationalError: (")
+    assert "\n" not in outcome.message
+    assert world.health("extractor")["last"]["message"] == outcome.message
+    (record,) = world.records()
+    assert record.error is not None
+    assert record.error.startswith(outcome.message + "\n[SQL: ")
 
 
 def test_run_job_keyboard_interrupt_is_recorded_and_reraised(
