@@ -332,12 +332,16 @@ class Firings:
         """Mark ``holder``'s unit done with its outcomes, and its firing once every unit is;
         False if the unit is no longer ``holder``'s (its lease lapsed and another took it)."""
         with transaction(self._writes) as session:
+            firing_id = session.scalar(select(FiringUnit.firing_id).where(FiringUnit.id == unit_id))
+            # The firing's units finish one at a time (its row locked; SQLite's write lock does
+            # that already): two last units finishing at once each saw the other unfinished
+            # on PostgreSQL, and the firing stayed open for good.
+            session.execute(select(Firing.id).where(Firing.id == firing_id).with_for_update())
             statement = _held(unit_id, holder).values(
                 state=DONE, finished_at=now, lease_until=None, outcomes=[dict(o) for o in outcomes]
             )
             if session.execute(statement).rowcount != 1:  # type: ignore[attr-defined]
                 return False
-            firing_id = session.scalar(select(FiringUnit.firing_id).where(FiringUnit.id == unit_id))
             unfinished = exists().where(FiringUnit.firing_id == firing_id, FiringUnit.state != DONE)
             session.execute(
                 update(Firing)
@@ -355,8 +359,21 @@ class Firings:
             return bool(session.execute(_held(unit_id, holder).values(**values)).rowcount)  # type: ignore[attr-defined]
 
     def forget_finished(self, *, before: datetime) -> int:
-        """Delete firings finished before ``before`` (their units go with them)."""
+        """Delete firings finished before ``before`` (their units go with them). First close
+        the firings whose units are all done that were left open (two last units finishing at
+        once did that on PostgreSQL, before ``finish`` locked the firing), as of their last."""
         with transaction(self._writes) as session:
+            units = select(FiringUnit.id).where(FiringUnit.firing_id == Firing.id)
+            last = select(func.max(FiringUnit.finished_at)).where(FiringUnit.firing_id == Firing.id)
+            session.execute(
+                update(Firing)
+                .where(
+                    Firing.finished_at.is_(None),
+                    units.exists(),
+                    ~units.where(FiringUnit.state != DONE).exists(),
+                )
+                .values(finished_at=last.scalar_subquery())
+            )
             ids = session.scalars(
                 select(Firing.id).where(
                     Firing.finished_at.is_not(None), Firing.finished_at < before

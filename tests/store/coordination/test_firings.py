@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import event, update
 
 from store.coordination.firings import DONE, RUNNING
 from store.database import Database
+from store.models import FiringUnit
 
 T0 = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
 SHORT = timedelta(seconds=1)
@@ -57,3 +62,62 @@ def test_opening_a_large_firing_keeps_its_claims_in_order(db: Database) -> None:
     taken = [db.firings.claim(holder="me", now=T0, ttl=LONG) for _ in range(3)]
 
     assert [unit.namespace for unit in taken if unit is not None] == names[:3]
+
+
+def test_the_last_two_units_finishing_at_once_finish_their_firing(db: Database) -> None:
+    # Both transactions have marked their unit done before either asks whether the firing's
+    # units are all done: on PostgreSQL each saw the other's unit unfinished, and the firing
+    # stayed open for good (`secretary status`: "6 of 6 namespaces done" every night after).
+    firing, _ = db.firings.open(
+        "linker@1", jobs=("linker",), namespaces=["x", "y"], opened_by="me", now=T0
+    )
+    units = [db.firings.claim(holder="me", now=T0, ttl=LONG) for _ in range(2)]
+    both_marked = threading.Barrier(2, timeout=2.0)  # with the fix the second waits: it breaks
+
+    def after(connection: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.startswith("UPDATE firing_units") and threading.current_thread() in threads:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_marked.wait()
+
+    threads = [
+        threading.Thread(
+            target=db.firings.finish,
+            args=(unit.id,),
+            kwargs={"holder": "me", "outcomes": [], "now": T0},
+        )
+        for unit in units
+        if unit is not None
+    ]
+    event.listen(db.engine, "after_cursor_execute", after)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        event.remove(db.engine, "after_cursor_execute", after)
+
+    assert [unit.state for unit in db.firings.units(firing.id)] == [DONE, DONE]
+    assert db.firings.open_firings() == []
+
+
+def test_a_firing_left_open_with_every_unit_done_is_closed_then_forgotten(db: Database) -> None:
+    # A store where that race left a firing open: the daemon's clean-up of old firings closes
+    # it as of its last unit's end, and forgets it once it is old enough.
+    firing, _ = db.firings.open(
+        "linker@1", jobs=("linker",), namespaces=["x", "y"], opened_by="me", now=T0
+    )
+    db.firings.open("auditor@1", jobs=("auditor",), namespaces=["x"], opened_by="me", now=T0)
+    with db.engine.begin() as connection:
+        connection.execute(
+            update(FiringUnit)
+            .where(FiringUnit.firing_id == firing.id)
+            .values(state=DONE, finished_at=T0 + SHORT)
+        )
+
+    assert db.firings.forget_finished(before=T0) == 0
+    assert [f.key for f in db.firings.open_firings()] == ["auditor@1"]
+    closed = db.firings.get("linker@1")
+    assert closed is not None
+    assert closed.finished_at == T0 + SHORT
+    assert db.firings.forget_finished(before=T0 + LONG) == 1
