@@ -6,8 +6,9 @@ After every run the runner saves the new health with the run's record. It holds:
 - ``failures``: failed runs in a row, and ``backoff_until``: no run starts before then (the back-off
   doubles with each failure, from ``failure_backoff_minutes`` up to ``failure_backoff_max_minutes``,
   and is at least what a provider's ``Retry-After`` asked for);
-- ``failing``: the items of the call that failed last and how many runs in a row it failed; after
-  ``quarantine_after`` failures they move to
+- ``failing``: the items of the call that failed last for something of theirs (an invalid reply,
+  a request refused for its length or content; not a server down or a timeout) and how many
+  runs in a row it failed; after ``quarantine_after`` failures they move to
 - ``quarantined``: items the LLM part leaves out until `secretary dream --retry-quarantined`
   sends them again (the watermark moves past them meanwhile).
 """
@@ -72,6 +73,8 @@ def after_failure(
     interrupted: bool = False,
 ) -> tuple[Health, list[int]]:
     """A failed run: count it, back off, and quarantine a batch that failed too often.
+    ``batch``: the items of the call that failed, if its failure says something of them
+    (``LlmError.items_at_fault``); a model server down quarantines nothing.
 
     Return the new health and the items quarantined now (empty if none). A run someone
     interrupted (Ctrl-C) is no failure of the job: only its last outcome is noted.

@@ -426,7 +426,7 @@ class _Run:
             self.health,
             at=self.now,
             message=message,
-            batch=batch,
+            batch=batch if isinstance(exc, BatchFailed) and exc.cause.items_at_fault else None,
             retry_after=exc.retry_after if isinstance(exc, BatchFailed) else None,
             settings=ctx.jobs,
             interrupted=interrupted,

@@ -10,7 +10,15 @@ from store.errors import SecretaryError
 
 
 class LlmError(SecretaryError):
-    """Base class of the LLM layer's errors; a job that gets one stops cleanly."""
+    """Base class of the LLM layer's errors; a job that gets one stops cleanly.
+
+    ``items_at_fault``: whether the failure says something of what the call was about (the
+    model answered, but not validly for these items; the request was too long or refused for
+    its content), so that a call failing again and again quarantines its items. An unreachable
+    server, timeouts, 5xx, rate limits or a refused key say nothing of them.
+    """
+
+    items_at_fault = False
 
 
 class LlmNotConfigured(LlmError):
@@ -20,6 +28,10 @@ class LlmNotConfigured(LlmError):
         super().__init__(
             "no LLM is configured: set [llm] model in the config file or SECRETARY_LLM_MODEL"
         )
+
+
+# litellm's errors for a request refused for what it holds (too long, or its content).
+REFUSED_FOR_THE_REQUEST = frozenset({"ContextWindowExceededError", "ContentPolicyViolationError"})
 
 
 class LlmCallFailed(LlmError):
@@ -39,6 +51,7 @@ class LlmCallFailed(LlmError):
         self.prompt_id = prompt_id
         self.model = model
         self.attempts = attempts
+        self.items_at_fault = type(cause).__name__ in REFUSED_FOR_THE_REQUEST
         # The provider's Retry-After, in seconds, if it asked to wait longer than we could.
         self.retry_after = retry_after
         wait = f"; the provider asks to retry after {retry_after:.0f}s" if retry_after else ""
@@ -54,6 +67,8 @@ class LlmCallFailed(LlmError):
 
 class LlmInvalidReply(LlmError):
     """The reply did not match the response schema, even after one repair attempt."""
+
+    items_at_fault = True
 
     def __init__(
         self, *, prompt_id: str, model: str, detail: str, usage: LlmUsage | None = None

@@ -84,6 +84,43 @@ def test_batch_failing_three_times_is_quarantined_and_the_job_moves_on(world: Wo
     assert f'"id":{log_ids[0]}' not in sent
 
 
+def test_a_model_server_failing_quarantines_nothing(world: World) -> None:
+    # Three runs in a row fail on the same call, but because the server answers 503 to every
+    # attempt: that says nothing of the lines, which must not be set aside.
+    log_ids = three_logs(world)
+    world.configure(jobs={"failure_backoff_minutes": 0, "batch_size": 2})
+    world.server.enqueue(CHAT_COMPLETIONS, *[error_reply(503, "overloaded")] * 9)
+
+    outcomes = [world.run("extractor", now=NOW + n * MINUTE) for n in range(3)]
+
+    assert [o.status for o in outcomes] == ["failed", "failed", "failed"]
+    assert len(world.llm_requests) == 9  # every attempt of every run reached the server
+    assert "quarantined" not in outcomes[-1].message
+    assert world.records()[-1].stats["failed_batch"] == log_ids[:2]
+    assert "quarantined" not in world.records()[-1].stats
+    health = world.health("extractor")
+    assert "quarantined" not in health
+    assert "failing" not in health
+    assert health["failures"] == 3
+    sent = len(world.llm_requests)
+    world.reply(GOOD)  # the server is back: the run sends the same lines again
+    world.run("extractor", now=NOW + 3 * MINUTE)
+    assert f'"id":{log_ids[0]}' in world.llm_requests[sent]["messages"][-1]["content"]
+
+
+def test_a_request_refused_for_its_length_counts_towards_quarantine(world: World) -> None:
+    log_ids = three_logs(world)
+    world.configure(jobs={"failure_backoff_minutes": 0, "batch_size": 2})
+    too_long = "This model's maximum context length is 8192 tokens. However, you requested 9000."
+    world.server.enqueue(CHAT_COMPLETIONS, *[error_reply(400, too_long)] * 3)
+
+    outcomes = [world.run("extractor", now=NOW + n * MINUTE) for n in range(3)]
+
+    assert [o.status for o in outcomes] == ["failed", "failed", "failed"]
+    assert len(world.llm_requests) == 3  # refused at once: no retries
+    assert world.health("extractor")["quarantined"] == log_ids[:2]
+
+
 def test_retry_quarantined_sends_them_again_and_clears_the_quarantine(world: World) -> None:
     log_ids = three_logs(world)
     world.configure(jobs={"failure_backoff_minutes": 0, "quarantine_after": 1})
