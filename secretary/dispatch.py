@@ -211,9 +211,7 @@ class Dispatcher:
                 retry_quarantined=request.retry_quarantined,
             )
             self._announce(firing, opened)
-            if not self._wait_for(firing, request=request):
-                return None
-            return self._final_outcomes(firing)
+            return self._wait_for(firing, request=request)
 
     # -- the daemon's side ------------------------------------------------------------------------
 
@@ -414,51 +412,44 @@ class Dispatcher:
         self.start()
         self._wake.set()
 
-    def _wait_for(self, firing: FiringView, *, request: DreamRequestView | None = None) -> bool:
-        """Wait until every unit of ``firing`` is done (True) or the dispatcher stops (False),
-        storing a dream request's progress as units end."""
+    def _wait_for(
+        self, firing: FiringView, *, request: DreamRequestView | None = None
+    ) -> list[dict[str, Any]] | None:
+        """Wait until every unit of ``firing`` is done and return their outcomes, or None if
+        the dispatcher stops first, storing a dream request's progress as units end. A read
+        the database fails is made again: once the work is done, a connection cut must not
+        fail the request."""
         reported, reported_at = -1, -PROGRESS_SECONDS
         down = Outage(f"firing {firing.key}: cannot read its progress, trying again")
         while True:
             try:
                 progress = self._firings.progress(firing, now=self._clock())
+                ended = progress.done == progress.total
+                outcomes = self._outcomes(firing) if ended else None
                 down.ok()
             except DatabaseError as exc:
                 down.failed(exc)
                 progress = None
             if progress is not None:
-                ended = progress.done == progress.total
                 due = time.monotonic() - reported_at >= PROGRESS_SECONDS or ended
                 if request is not None and progress.done != reported and due:
                     reported, reported_at = progress.done, time.monotonic()
-                    self._progress(request, firing)
-                if ended:
-                    return True
-            with self._changed:
-                if self._changed.wait_for(lambda: self._stopping, POLL_SECONDS):
-                    return False
-
-    def _outcomes(self, firing: FiringView) -> list[dict[str, Any]]:
-        return [dict(o) for unit in self._firings.units(firing.id) for o in unit.outcomes]
-
-    def _final_outcomes(self, firing: FiringView) -> list[dict[str, Any]] | None:
-        """The outcomes of a firing whose units are done, read again while the database fails
-        (the work is done: a connection cut now must not fail the request); None if stopped."""
-        down = Outage(f"firing {firing.key}: cannot read its outcomes, trying again")
-        while True:
-            try:
-                outcomes = self._outcomes(firing)
-                down.ok()
-                return outcomes
-            except DatabaseError as exc:
-                down.failed(exc)
+                    self._progress(request, firing, outcomes)
+                if outcomes is not None:
+                    return outcomes
             with self._changed:
                 if self._changed.wait_for(lambda: self._stopping, POLL_SECONDS):
                     return None
 
-    def _progress(self, request: DreamRequestView, firing: FiringView) -> None:
+    def _outcomes(self, firing: FiringView) -> list[dict[str, Any]]:
+        return [dict(o) for unit in self._firings.units(firing.id) for o in unit.outcomes]
+
+    def _progress(
+        self, request: DreamRequestView, firing: FiringView, outcomes: list[dict[str, Any]] | None
+    ) -> None:
+        """Store the request's progress: ``outcomes`` if read already, else the firing's now."""
         try:
-            self._calls.progress(request, self._outcomes(firing))
+            self._calls.progress(request, self._outcomes(firing) if outcomes is None else outcomes)
         except DatabaseError as exc:  # only followers miss it: the outcomes are stored at the end
             logger.warning("dream request #{}: cannot store its progress: {}", request.id, exc)
 
