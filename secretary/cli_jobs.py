@@ -24,7 +24,7 @@ from loguru import logger
 from secretary.cli_common import Context, _store, _sync, pass_context
 from secretary.jobs.base import Plan
 from secretary.jobs.registry import JOB_NAMES
-from secretary.logs import first_line
+from secretary.logs import Outage
 from secretary.progress import StatusLine
 from store.changes import plural
 from store.clock import utc_now
@@ -245,21 +245,19 @@ def _wait(store: Any, requests: DreamRequests, request_id: int) -> DreamRequestV
     reading again while the database does not answer, for at most ``WAIT_DOWN_SECONDS``."""
     from store.db import DatabaseError
 
-    printed, line, down_since = set[str](), StatusLine(), None
+    printed, line = set[str](), StatusLine()
+    down = Outage("the database does not answer, trying again")
     while True:
         try:
             request, gone = _look(store, requests, request_id)
         except DatabaseError as exc:
-            now = time.monotonic()
-            if down_since is None:
-                down_since = now
-                logger.warning("the database does not answer, trying again: {}", first_line(exc))
-            if now - down_since > WAIT_DOWN_SECONDS:
+            down.failed(exc)
+            if down.lasted() > WAIT_DOWN_SECONDS:
                 raise
             line.show(f"dream request #{request_id}: the database does not answer, trying again")
             time.sleep(WAIT_POLL_SECONDS)
             continue
-        down_since = None
+        down.ok()
         for outcome in request.outcomes:
             if (key := json.dumps(outcome, sort_keys=True)) not in printed:
                 printed.add(key)

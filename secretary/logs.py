@@ -75,6 +75,10 @@ class Outage:
         else:
             logger.debug("{} (failure {}): {}", self.what, self._failures, error)
 
+    def lasted(self) -> float:
+        """Seconds since the first failure of this outage (0 while nothing fails)."""
+        return self._clock() - self._since if self._failures else 0.0
+
     def ok(self) -> None:
         if self._failures:
             logger.info(
