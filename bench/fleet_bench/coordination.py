@@ -96,7 +96,7 @@ def measure(units: int, work: Path) -> dict[str, Any]:
                     .values(state="done", outcomes=[outcome(j, ns, number) for j in JOB_NAMES])
                 )
         started = time.perf_counter()
-        outcomes = [dict(o) for unit in db.firings.units(firing.id) for o in unit.outcomes]
+        outcomes = db.firings.outcomes(firing.id)
         read = time.perf_counter() - started
         started = time.perf_counter()
         db.dream_requests.progress(request, picker=HOLDER, outcomes=outcomes)

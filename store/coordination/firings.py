@@ -32,6 +32,7 @@ from sqlalchemy import (
     Engine,
     Select,
     and_,
+    case,
     exists,
     func,
     insert,
@@ -206,34 +207,50 @@ class Firings:
             ).all()
             return [_unit_view(row, view) for row in rows]
 
-    def progress(self, firing: FiringView, *, now: datetime) -> FiringProgress:
+    def outcomes(self, firing_id: int) -> list[dict[str, Any]]:
+        """The outcomes of the firing's units, in the units' order (what a dream request keeps);
+        only that column is read, not the units (1.0 s as rows at 10,000 units)."""
         with self._reads() as session:
-            rows = session.execute(
-                select(
-                    FiringUnit.state,
-                    FiringUnit.holder,
-                    FiringUnit.lease_until,
-                    FiringUnit.namespace,
-                    FiringUnit.started_at,
-                ).where(FiringUnit.firing_id == firing.id)
+            lists = session.scalars(
+                select(FiringUnit.outcomes)
+                .where(FiringUnit.firing_id == firing_id)
+                .order_by(FiringUnit.position)
             ).all()
-        done = running = left = 0
+        return [dict(outcome) for outcomes in lists for outcome in outcomes or ()]
+
+    def progress(self, firing: FiringView, *, now: datetime) -> FiringProgress:
+        """Count the firing's units in the database: an opener asks every half second, and a
+        night of 10,000 units read row by row took 47 ms a time (``bench/fleet.py
+        --coordination``). Only the running units' holders and namespaces are read."""
+        of_firing = FiringUnit.firing_id == firing.id
+        live = and_(FiringUnit.state == RUNNING, FiringUnit.lease_until > now)
+
+        def count(condition: ColumnElement[bool]) -> Any:
+            return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+        with self._reads() as session:
+            total, done, running, first = session.execute(
+                select(
+                    func.count(),
+                    count(FiringUnit.state == DONE),
+                    count(live),
+                    func.min(FiringUnit.started_at),
+                ).where(of_firing)
+            ).one()
+            held = session.execute(
+                select(FiringUnit.holder, FiringUnit.namespace)
+                .where(of_firing, live)
+                .order_by(FiringUnit.position)
+            ).all()
         holders: dict[str, list[str]] = {}
-        starts = [row.started_at for row in rows if row.started_at is not None]
-        for row in rows:
-            if row.state == DONE:
-                done += 1
-            elif row.state == RUNNING and row.lease_until is not None and row.lease_until > now:
-                running += 1
-                holders.setdefault(row.holder or "?", []).append(row.namespace)
-            else:
-                left += 1
+        for holder, namespace in held:
+            holders.setdefault(holder or "?", []).append(namespace)
         return FiringProgress(
             firing=firing,
-            done=done,
-            running=running,
-            left=left,
-            first_started_at=min(starts) if starts else None,
+            done=int(done),
+            running=int(running),
+            left=int(total) - int(done) - int(running),
+            first_started_at=first,
             holders={holder: tuple(names) for holder, names in holders.items()},
         )
 

@@ -17,6 +17,7 @@ import pytest
 from loguru import logger
 from sqlalchemy.exc import OperationalError
 
+from secretary import dispatch
 from secretary.config import Settings
 from secretary.dispatch import Dispatcher, firing_key
 from secretary.jobs.registry import JOB_NAMES
@@ -251,11 +252,11 @@ def test_a_dream_request_outlives_its_outcomes_unreadable_for_a_while(
     class CutFirings(Firings):
         cuts = 4
 
-        def units(self, firing_id: int) -> list[UnitView]:
+        def outcomes(self, firing_id: int) -> list[dict[str, Any]]:
             if self.cuts:
                 self.cuts -= 1
                 cut(self.engine)
-            return super().units(firing_id)
+            return super().outcomes(firing_id)
 
     calls = BlockingCalls(["maya"])
     calls.release_all(JOB_NAMES)
@@ -295,6 +296,45 @@ def test_dream_runs_every_job_in_order_on_each_namespace(
     assert set(calls.manual) == {True}  # asked for: it runs through a back-off
     assert calls.progressed[-1] == len(outcomes)
     assert dispatcher.wait_idle(WAIT)
+
+
+def test_a_slow_progress_store_is_made_less_often(
+    db: Database, dispatchers: list[Dispatcher], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Storing a request's outcomes so far reads and writes all of them, which takes longer as
+    # the night grows: each store is followed by PROGRESS_PAUSE times as long without one. The
+    # outcomes at the end are stored however soon after the last.
+    monkeypatch.setattr(dispatch, "PROGRESS_SECONDS", 0.0)
+    cost = 0.2
+
+    class SlowProgress(BlockingCalls):
+        def __init__(self, namespaces: list[str]) -> None:
+            super().__init__(namespaces)
+            self.stored_at: list[float] = []
+
+        def progress(self, request: DreamRequestView, outcomes: Any) -> None:
+            self.stored_at.append(time.monotonic())
+            time.sleep(cost)
+            super().progress(request, outcomes)
+
+    names = [f"ns{i}" for i in range(8)]
+    calls = SlowProgress(names)
+    dispatcher = make(db, dispatchers, calls, concurrency=1)
+
+    def release_one_by_one() -> None:
+        for name in names:
+            time.sleep(0.3)
+            calls.release["linker", name].set()
+
+    in_thread(release_one_by_one)
+    outcomes = dispatcher.dream(dream_request(namespace=None, jobs=("linker",)))
+
+    assert outcomes is not None
+    assert len(outcomes) == len(names)
+    assert calls.progressed[-1] == len(names)  # the end, stored
+    between = [b - a for a, b in zip(calls.stored_at[:-2], calls.stored_at[1:-1], strict=True)]
+    assert all(gap >= dispatch.PROGRESS_PAUSE * cost for gap in between), calls.stored_at
+    assert len(calls.stored_at) <= 3, calls.stored_at  # of 8 units ending 0.3 s apart
 
 
 def test_dream_waits_for_a_firing_on_the_same_namespace(

@@ -121,3 +121,47 @@ def test_a_firing_left_open_with_every_unit_done_is_closed_then_forgotten(db: Da
     assert closed is not None
     assert closed.finished_at == T0 + SHORT
     assert db.firings.forget_finished(before=T0 + LONG) == 1
+
+
+def test_progress_counts_units_and_names_only_live_holders(db: Database) -> None:
+    firing, _ = db.firings.open(
+        "linker@p", jobs=("linker",), namespaces=["a", "b", "c", "d"], opened_by="me", now=T0
+    )
+    assert db.firings.progress(firing, now=T0).first_started_at is None
+    live = db.firings.claim(holder="live", now=T0, ttl=LONG)  # a
+    dead = db.firings.claim(holder="dead", now=T0 + SHORT, ttl=SHORT)  # b, never renewed
+    done = db.firings.claim(holder="live", now=T0 + SHORT, ttl=LONG)  # c
+    assert live is not None
+    assert dead is not None
+    assert done is not None
+    assert db.firings.finish(done.id, holder="live", outcomes=[], now=T0 + 2 * SHORT)
+
+    progress = db.firings.progress(firing, now=T0 + 3 * SHORT)
+
+    # b's lease lapsed: it counts as left (another daemon may take it), held by nobody.
+    assert (progress.done, progress.running, progress.left, progress.total) == (1, 1, 2, 4)
+    assert progress.holders == {"live": ("a",)}
+    assert progress.first_started_at == T0  # aware, as every time the store reads
+
+
+def test_outcomes_are_the_units_in_their_order(db: Database) -> None:
+    firing, _ = db.firings.open(
+        "linker@o", jobs=("linker",), namespaces=["b", "a", "c"], opened_by="me", now=T0
+    )
+    # The units end out of their order; their outcomes are read in it, each unit's in its own.
+    claimed = [db.firings.claim(holder="me", now=T0, ttl=LONG) for _ in range(3)]
+    for unit in reversed([u for u in claimed if u is not None]):
+        said = [{"job": "linker", "namespace": unit.namespace, "n": n} for n in (1, 2)]
+        assert db.firings.finish(unit.id, holder="me", outcomes=said, now=T0 + SHORT)
+
+    outcomes = db.firings.outcomes(firing.id)
+
+    assert [(o["namespace"], o["n"]) for o in outcomes] == [
+        ("b", 1),
+        ("b", 2),
+        ("a", 1),
+        ("a", 2),
+        ("c", 1),
+        ("c", 2),
+    ]
+    assert db.firings.outcomes(firing.id + 1) == []
