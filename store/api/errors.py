@@ -17,6 +17,14 @@ from store.errors import DatabaseUnavailable, ValidationFailed
 from store.schemas import problem_message
 
 Problems = Sequence[tuple[str, str]]
+# Connection-level failures (a server gone, a file that cannot be opened, a lock held too long):
+# the request may succeed later. Other database errors are bugs (500).
+DATABASE_GONE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, DatabaseUnavailable)
+
+
+def database_detail(exc: Exception) -> str:
+    """What the driver said about a database that is gone, on one line."""
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
 
 
 class ApiError(Exception):
@@ -82,11 +90,10 @@ def install_error_handlers(app: FastAPI) -> None:
         logger.opt(exception=exc).warning(
             "{} {}: the database is unavailable", request.method, request.url.path
         )
-        detail = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
         return error_response(
             503,
             "the database is unavailable: try again later",
-            [("database", detail)],
+            [("database", database_detail(exc))],
             {"Retry-After": "5"},
         )
 
@@ -101,8 +108,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(ValidationFailed, rejected)
-    # Connection-level failures (a server gone, a file that cannot be opened): the request
-    # may succeed later. Other database errors are bugs (500).
-    for gone in (OperationalError, InterfaceError, DatabaseUnavailable):
+    for gone in DATABASE_GONE:
         app.add_exception_handler(gone, database_gone)
     app.add_exception_handler(Exception, bug)

@@ -16,6 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from loguru import logger
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from store.api.console import pages_login, pages_memories, pages_runs, pages_status
@@ -37,9 +38,11 @@ from store.api.console.web import (
     CsrfRefused,
     LoginNeeded,
     PageNotFound,
+    console,
     page,
     see_other,
 )
+from store.api.errors import DATABASE_GONE, database_detail
 from store.coordination.console_key import console_key
 from store.service import Store
 from store.status import StatusConfig
@@ -149,8 +152,30 @@ def _install_errors(app: FastAPI) -> None:
         what = "no such page (a malformed address)"
         return page(request, "error.html", {"title": "Not found", "what": what}, status_code=404)
 
+    async def database_gone(request: Request, exc: Exception) -> Response:
+        logger.opt(exception=exc).warning(
+            "{} {}: the database is unavailable", request.method, request.url.path
+        )
+        if not hasattr(request.state, "session"):  # reading the session itself failed
+            request.state.session = new_session(console(request).clock())
+        what = (
+            f"the database is unavailable ({database_detail(exc)}): try again in a moment. "
+            "A change commits whole or not at all: once the database is back, reload the "
+            "page to see whether it was made"
+        )
+        shown = page(
+            request, "error.html", {"title": "Database unavailable", "what": what}, status_code=503
+        )
+        shown.headers["Retry-After"] = "5"
+        return _protected(shown)
+
+    for gone in DATABASE_GONE:
+        app.add_exception_handler(gone, database_gone)
+
     @app.exception_handler(Exception)
-    async def failed(request: Request, _: Exception) -> Response:
+    async def failed(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, DATABASE_GONE):  # raised outside the routes: by the session's read
+            return await database_gone(request, exc)
         # Starlette logs the traceback after this page is sent; the page keeps the look.
         what = (
             "the console failed on this page (the server log says why); a change commits "

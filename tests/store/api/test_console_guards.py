@@ -1,4 +1,5 @@
-"""The console's login rate limit and the key that keeps anonymous sessions across restarts."""
+"""The console's login rate limit, the key that keeps anonymous sessions across restarts, and
+its pages while the database is unavailable."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.exc import OperationalError
 
 from store.api.app import create_app
 from store.api.console.session import COOKIE
 from store.api.console.throttle import LoginThrottle
 from store.coordination.console_key import KEY_FILE, BadConsoleKey, console_key
 from store.service import Store
-from tests.store.api.test_console import KEY_A, KEYS, NOW, csrf, open_store
+from tests.store.api.test_console import KEY_A, KEYS, NOW, csrf, login, open_store
 
 
 def failed_login(web: TestClient, token: str) -> int:
@@ -96,3 +98,27 @@ def test_console_key_file_that_holds_something_else_is_an_error(tmp_path: Path) 
 
     with pytest.raises(BadConsoleKey, match="delete it"):
         console_key(tmp_path)
+
+
+def _locked(*_args: object, **_kwargs: object) -> None:
+    raise OperationalError("SELECT", {}, Exception("database is locked"))
+
+
+def test_console_database_unavailable_answers_503_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path / "keyed", KEYS)
+    app = create_app(store, clock=lambda: NOW, start_workers=False)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as web:
+            login(web, KEY_A)
+            monkeypatch.setattr(store.db.records, "find", _locked)  # a page's own read
+            on_page = web.get("/ui/overnight")
+            monkeypatch.setattr(store.db.console_sessions, "live", _locked)  # the session's
+            on_session = web.get("/ui/overnight")
+    finally:
+        store.close()
+    for response in (on_page, on_session):
+        assert (response.status_code, response.headers["retry-after"]) == (503, "5")
+        assert "the database is unavailable (database is locked)" in response.text
+        assert "the console failed" not in response.text
