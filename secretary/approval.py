@@ -36,6 +36,13 @@ class PlanNotFound(SecretaryError):
         super().__init__(f"no pending plan with record id {record_id}")
 
 
+class PlanRefused(SecretaryError):
+    """An approval refused: what the plan names changed since it was made."""
+
+    def __init__(self, record_id: int, reason: str) -> None:
+        super().__init__(f"plan #{record_id} was refused and nothing was applied: {reason}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class PendingPlan:
     """A plan stored for approval: its record, its changes and what it was planned against."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from secretary.approval import approve_plan, pending_plans, reject_plan
+from secretary.approval import PlanRefused, approve_plan, pending_plans, reject_plan
 from secretary.config import Settings
 from secretary.cron import cron_trigger, next_fire_times, validate_cron, zone
 from secretary.scheduler import PlannedJob, ScheduleBook, plan_schedule
@@ -31,7 +31,10 @@ def console_ops(store: Store, settings: Settings) -> ConsoleOps:
     timezone = settings.schedule.timezone
 
     def approve(record_id: int, now: datetime) -> str:
-        return approve_plan(store, settings, record_id, now=now).message
+        outcome = approve_plan(store, settings, record_id, now=now)
+        if outcome.status != "applied":  # stale: `plans approve` exits 1 then
+            raise PlanRefused(record_id, outcome.message)
+        return outcome.message
 
     def reject(record_id: int, now: datetime) -> str:
         return reject_plan(store, record_id, now=now).message

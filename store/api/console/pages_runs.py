@@ -246,13 +246,22 @@ def _waiting(request: Request) -> list[dict[str, Any]]:
 
 @router.get("/ui/plans")
 def plans(request: Request) -> Response:
+    return _plans_page(request, message=said(request))
+
+
+def _plans_page(
+    request: Request, *, message: str | None = None, refused: tuple[int, str] | None = None
+) -> Response:
+    """The plans awaiting approval, after ``message``, or after a decision on a plan that was
+    refused (its id and why: an error, 409)."""
     context = {
         "title": "Plans awaiting approval",
         "plans": _waiting(request),
         "can_decide": console(request).ops is not None,
-        "message": said(request),
+        "message": message,
+        "refused": refused,
     }
-    return page(request, "plans.html", context)
+    return page(request, "plans.html", context, status_code=409 if refused else 200)
 
 
 @router.post("/ui/plans/{record_id}/{decision}")
@@ -265,6 +274,6 @@ async def decide(request: Request, record_id: RecordId, decision: str) -> Respon
     act = here.ops.approve if decision == "approve" else here.ops.reject
     try:
         message = act(record_id, here.clock())
-    except SecretaryError as exc:
-        message = str(exc)
+    except SecretaryError as exc:  # stale, or no longer pending: not a notice among others
+        return _plans_page(request, refused=(record_id, str(exc)))
     return see_other_saying(request, "/ui/plans", message)

@@ -1,0 +1,87 @@
+"""The console's plans awaiting approval, decided through the secretary's ConsoleOps: a refused
+approval is told as an error, not as a notice like an applied one (TestClient)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from secretary.config import Settings
+from secretary.console_ops import console_ops
+from secretary.jobs.settings import JobsSettings
+from secretary.runner import run_job
+from store.api.app import create_app
+from store.service import Store
+from tests.helpers.fake_embedder import FakeEmbedder
+
+NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
+TEA = "a: I always drink green tea."
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    settings = Settings(data_dir=tmp_path, jobs=JobsSettings(approval="changes"))
+    opened = Store.open(settings, create=True, embedder=FakeEmbedder())
+    copies = [
+        {"content": TEA, "type": "fact", "timestamp": f"2026-11-2{d}T09:00:00Z"} for d in "01"
+    ]
+    opened.add_memories("a", copies, now=NOW - timedelta(days=1))
+    yield opened
+    opened.close()
+
+
+def _plan(store: Store) -> int:
+    """The auditor's merge of the two copies, kept for approval (no model needed)."""
+    settings = store.settings
+    assert isinstance(settings, Settings)
+    planned = run_job(store, settings, "auditor", "a", now=NOW - timedelta(hours=1))
+    assert (planned.status, planned.record_id) != ("applied", None), planned.message
+    assert planned.record_id is not None
+    return planned.record_id
+
+
+def _client(store: Store) -> TestClient:
+    settings = store.settings
+    assert isinstance(settings, Settings)
+    ops = console_ops(store, settings)
+    return TestClient(create_app(store, clock=lambda: NOW, start_workers=False, console=ops))
+
+
+def _token(web: TestClient) -> str:
+    return str(re.findall(r'name="csrf" value="([^"]+)"', web.get("/ui/plans").text)[0])
+
+
+def _decide(web: TestClient, plan: int, decision: str, token: str) -> tuple[int, str]:
+    response = web.post(f"/ui/plans/{plan}/{decision}", data={"csrf": token})
+    return response.status_code, response.text
+
+
+def test_console_stale_approval_is_an_error_saying_refused(store: Store) -> None:
+    plan = _plan(store)
+    (kept, *_) = store.db.memories.many("a", range(1, 10))
+    store.edit("a", kept.id, {"importance": 3}, now=NOW)  # after the plan was made
+    with _client(store) as web:
+        status, page = _decide(web, plan, "approve", _token(web))
+    assert status == 409
+    refused = re.search(r'<p class="error"[^>]*>(.*?)</p>', page, re.S)
+    assert refused is not None, page
+    assert f"plan #{plan} was refused and nothing was applied" in refused.group(1)
+    assert "changed since the plan was made" in refused.group(1)
+    assert 'class="notice"' not in page
+    assert store.db.records.get(plan)[0].status == "refused"
+
+
+def test_console_approval_of_a_plan_no_longer_pending_is_an_error(store: Store) -> None:
+    plan = _plan(store)
+    with _client(store) as web:
+        token = _token(web)  # the page shown before the rejection
+        assert _decide(web, plan, "reject", token)[0] == 200  # the notice: "plan #N rejected"
+        status, page = _decide(web, plan, "approve", token)
+    assert status == 409
+    assert f"no pending plan with record id {plan}" in page
+    assert f'<a href="/ui/runs/{plan}">Run #{plan}</a> says what became of it' in page
