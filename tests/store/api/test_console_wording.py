@@ -15,6 +15,7 @@ from store.operations import CreateRelation
 from store.service import Store
 from store.vector.index import VectorIndexError
 from store.write.record_info import RecordInfo
+from store.write.undo import undo as undo_record
 from tests.store.api.test_console import KEY_A, KEYS, NOW, login, open_store
 
 
@@ -129,3 +130,21 @@ def test_console_search_shows_each_hits_date_and_relevance_and_why_it_is_degrade
     assert "Search degraded" not in healthy
     assert "Search degraded: vector index unavailable: connection refused" in degraded
     assert "a: I like tea" in degraded  # the words still found it
+
+
+def test_console_run_says_undone_only_by_the_record_that_undid_it(tmp_path: Path) -> None:
+    # The note after an undo rides in the address (?undone_by=N): a link made elsewhere, or
+    # one naming another record, must not tell of an undo that did not happen.
+    store = open_store(tmp_path / "open")
+    try:
+        ids = sorted(store.db.memories.index_state("a"))
+        relate = CreateRelation(source=ids[0], target=ids[1], type="thematic", strength=0.5)
+        record = store.db.writer.apply("a", "linker", [relate], now=NOW).record_id
+        with TestClient(create_app(store, clock=lambda: NOW, start_workers=False)) as web:
+            forged = web.get(f"/ui/runs/{record}?undone_by=1").text
+            undo = undo_record(store.db.writer, record, now=NOW).record_id
+            told = web.get(f"/ui/runs/{record}?undone_by={undo}").text
+    finally:
+        store.close()
+    assert "Undone: record" not in forged
+    assert f'Undone: record <a href="/ui/runs/{undo}">#{undo}</a> put back' in told
