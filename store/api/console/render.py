@@ -1,5 +1,5 @@
 """Jinja filters for the console's templates: times, durations, money, score bars, counted
-words and change kinds in words (pure)."""
+words, change kinds in words and texts a record no longer keeps (pure)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from jinja2 import Environment
 
 from store.changes import counted, label, plural
+from store.shapes.diff import NOT_KEPT
 
 
 def when(moment: datetime | None) -> str:
@@ -26,6 +27,11 @@ def duration(seconds: float | None) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s"
     return f"{seconds / 60:.1f} min"
+
+
+def memory_text(text: str | None) -> str:
+    """A memory's text in a run's diff; None when neither the record nor the store keeps it."""
+    return NOT_KEPT if text is None else text
 
 
 def money(cost: float | None) -> str:
@@ -62,5 +68,6 @@ def install_filters(env: Environment) -> None:
     env.filters["when"] = when
     env.filters["duration"] = duration
     env.filters["money"] = money
+    env.filters["memory_text"] = memory_text
     env.filters["bars"] = bars
     env.filters["json_text"] = json_text

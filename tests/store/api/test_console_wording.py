@@ -14,6 +14,7 @@ from store.kinds import Outcome
 from store.operations import CreateRelation
 from store.service import Store
 from store.vector.index import VectorIndexError
+from store.write.forget import ForgetSelection
 from store.write.record_info import RecordInfo
 from store.write.undo import undo as undo_record
 from tests.store.api.test_console import KEY_A, KEYS, NOW, login, open_store
@@ -148,3 +149,21 @@ def test_console_run_says_undone_only_by_the_record_that_undid_it(tmp_path: Path
         store.close()
     assert "Undone: record" not in forged
     assert f'Undone: record <a href="/ui/runs/{undo}">#{undo}</a> put back' in told
+
+
+def test_console_run_with_a_memory_since_forgotten_says_its_text_is_not_kept(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "open")
+    try:
+        ids = sorted(store.db.memories.index_state("a"))
+        relate = CreateRelation(source=ids[0], target=ids[1], type="thematic", strength=0.5)
+        record = store.db.writer.apply("a", "linker", [relate], now=NOW).record_id
+        store.forget("a", ForgetSelection(ids=(ids[1],)), now=NOW, by="test")
+        with TestClient(create_app(store, clock=lambda: NOW, start_workers=False)) as web:
+            run = web.get(f"/ui/runs/{record}").text
+    finally:
+        store.close()
+    ends = run.split('class="entry kind-relations_created"')[1].split('class="entry ')[0]
+    assert f"#{ids[1]}</a> (text not kept: purged or forgotten)" in ends
+    assert "None" not in ends
