@@ -38,6 +38,9 @@ from store.write.forget import ForgetSelection
 router = APIRouter()
 SEARCH_K = 20
 PAGE = 50
+SEARCH_ACTIVE = (
+    "a search finds active memories only: empty the search box to list the others by status"
+)
 
 
 def _absent(stored: list[str], namespace: str) -> list[str]:
@@ -69,7 +72,9 @@ def memories(request: Request, namespace: str | None = None) -> Response:
     listed: list[MemoryView] = []
     next_cursor, problems = None, []
     try:
-        if wanted["q"]:
+        if wanted["q"] and wanted["status"] not in ("", "active"):
+            problems = [SEARCH_ACTIVE]
+        elif wanted["q"]:
             search = search_request(
                 namespace=ns,
                 query=wanted["q"],
