@@ -85,3 +85,11 @@ def test_console_approval_of_a_plan_no_longer_pending_is_an_error(store: Store) 
     assert status == 409
     assert f"no pending plan with record id {plan}" in page
     assert f'<a href="/ui/runs/{plan}">Run #{plan}</a> says what became of it' in page
+
+
+def test_console_plan_buttons_name_their_plan(store: Store) -> None:
+    plan = _plan(store)
+    with _client(store) as web:
+        page = web.get("/ui/plans").text
+    assert f'aria-label="Approve plan #{plan}"' in page
+    assert f'aria-label="Reject plan #{plan}"' in page

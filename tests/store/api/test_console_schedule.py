@@ -101,3 +101,14 @@ def test_console_unknown_job_is_not_found(store: Store) -> None:
     assert preview.status_code == 404
     assert "not changed" in paused.text
     assert store.db.schedules.overrides() == {}
+
+
+def test_console_status_buttons_name_their_job_and_namespace(store: Store) -> None:
+    # A screen reader lists the buttons by name: six "Pause" and two "Dream now" say nothing.
+    with client(store) as web:
+        login(web, KEY_ALL)
+        page = web.get("/ui/status").text
+    names = re.findall(r'<(?:button|a)\b[^>]*aria-label="([^"]+)"', page)
+    assert {"Pause auditor", "Pause linker", "Dream now on a", "Dream now on b"} <= set(names)
+    assert "Set the cron of auditor…" in names
+    assert len(names) == len(set(names))
