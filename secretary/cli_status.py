@@ -188,6 +188,8 @@ def _job_line(job: JobStatus) -> str:
         record = f" #{last['record']}" if last.get("record") is not None else ""
         if last.get("undone_by") is not None:
             record += f" (undone by #{last['undone_by']})"
+        if last.get("applied_as") is not None:
+            record += f" (applied as #{last['applied_as']})"
         message = f": {last['message']}" if last.get("message") else ""
         said = f"{last.get('status')} {str(last.get('at', ''))[:19]}{record}{message}"
     parts = [said]

@@ -182,19 +182,34 @@ def read_status(
         namespaces=shown,
         usage=db.records.usage_on(now.date(), shown),
         backlogs=read_backlogs(db, config, states, shown),
-        undone=_undone(db, states),
+        settled=_settled(db, states),
     )
 
 
-def _undone(db: Database, states: Sequence[JobStateView]) -> dict[int, int]:
-    """Return record id -> the record that undid it, of the jobs' last runs undone since."""
-    last = (state.health.get("last") for state in states)
-    ids = {r for v in last if isinstance(v, Mapping) and isinstance(r := v.get("record"), int)}
-    return {
-        record.id: record.undone_by_id
-        for record in db.records.many(sorted(ids))
-        if record.undone_by_id is not None
-    }
+def _settled(db: Database, states: Sequence[JobStateView]) -> dict[int, dict[str, Any]]:
+    """Return record id -> what became of it since, of the jobs' last runs: undone (by which
+    record), or a plan approved (applied as which run) or refused since it was planned."""
+    last = [v for state in states if isinstance(v := state.health.get("last"), Mapping)]
+    planned = {v.get("record") for v in last if v.get("status") == "planned"}
+    ids = {r for v in last if isinstance(r := v.get("record"), int)}
+    settled: dict[int, dict[str, Any]] = {}
+    for record in db.records.many(sorted(ids)):
+        if record.undone_by_id is not None:
+            settled[record.id] = {"status": "undone", "undone_by": record.undone_by_id}
+        elif record.id in planned and record.status != "planned":
+            settled[record.id] = _decided(record.status, record.stats)
+    return settled
+
+
+def _decided(status: str, stats: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan's last run as its approval or refusal left it."""
+    applied_as = stats.get("applied_as")
+    if isinstance(applied_as, int):
+        return {"status": status, "applied_as": applied_as, "message": "plan approved"}
+    if stats.get("rejected"):
+        return {"status": status, "message": "plan rejected"}
+    stale = stats.get("stale")
+    return {"status": status, "message": f"stale plan: {stale}" if stale else "plan refused"}
 
 
 def read_backlogs(
@@ -233,12 +248,12 @@ def compose_status(
     usage: Mapping[str, Usage],
     backlogs: Mapping[tuple[str, str], Mapping[str, int]],
     scope: Collection[str] | None = None,
-    undone: Mapping[int, int] | None = None,
+    settled: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> Status:
     """Given what ``read_status`` read, return the status (no I/O): ``daemons`` the live
     daemons' leases, ``lease`` the last one seen (shown when none is live), ``scope`` the
-    namespaces the caller may see of what they run (None: all), ``undone`` which jobs' last
-    records were undone since (record id -> the undo's)."""
+    namespaces the caller may see of what they run (None: all), ``settled`` what became of
+    jobs' last records since (record id -> the fields to tell instead: undone, a plan decided)."""
     holds = _holds(firings, scope, now=now)
     running = tuple(
         DaemonStatus(
@@ -278,7 +293,7 @@ def compose_status(
                 by_key.get((job, namespace)),
                 backlogs,
                 config,
-                undone or {},
+                settled or {},
                 now=now,
             )
             for job in (*config.jobs, *ran)
@@ -387,7 +402,7 @@ def _job(
     state: JobStateView | None,
     backlogs: Mapping[tuple[str, str], Mapping[str, int]],
     config: StatusConfig,
-    undone: Mapping[int, int],
+    settled: Mapping[int, Mapping[str, Any]],
     *,
     now: datetime,
 ) -> JobStatus:
@@ -395,9 +410,10 @@ def _job(
     until = _time(health.get("backoff_until"))
     failing = health.get("failing")
     last = health.get("last")
-    if isinstance(last, Mapping) and last.get("record") in undone:
-        # The run applied, but its changes are taken back: say so, not "applied".
-        last = {**last, "status": "undone", "undone_by": undone[last["record"]]}
+    if isinstance(last, Mapping) and last.get("record") in settled:
+        # The run applied but was taken back, or its plan was decided: say so, not "applied"
+        # or "planned".
+        last = {**last, **settled[last["record"]]}
     reads = config.jobs.get(job)
     return JobStatus(
         job=job,

@@ -17,6 +17,8 @@ from secretary.jobs.settings import JobsSettings
 from secretary.runner import run_job
 from store.api.app import create_app
 from store.service import Store
+from store.status import read_status
+from store.status.shape import status_json
 from tests.helpers.fake_embedder import FakeEmbedder
 
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
@@ -93,3 +95,31 @@ def test_console_plan_buttons_name_their_plan(store: Store) -> None:
         page = web.get("/ui/plans").text
     assert f'aria-label="Approve plan #{plan}"' in page
     assert f'aria-label="Reject plan #{plan}"' in page
+
+
+def _auditor_last(store: Store) -> dict[str, object]:
+    (space,) = status_json(read_status(store.db, now=NOW))["namespaces"]
+    (auditor,) = [job for job in space["jobs"] if job["job"] == "auditor"]
+    return dict(auditor["last"])
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_status_tells_a_planned_last_run_as_its_plan_was_decided(
+    store: Store, decision: str
+) -> None:
+    # Not "planned #N" (awaiting approval) once the plan was approved or rejected.
+    plan = _plan(store)
+    assert (_auditor_last(store)["status"], _auditor_last(store)["record"]) == ("planned", plan)
+    with _client(store) as web:
+        assert _decide(web, plan, decision, _token(web))[0] == 200
+        status = web.get("/ui/status").text
+    last = _auditor_last(store)
+    if decision == "approve":
+        applied_as = store.db.records.get(plan)[0].stats["applied_as"]
+        assert (last["status"], last["applied_as"]) == ("applied", applied_as)
+        assert f'as <a href="/ui/runs/{applied_as}">#{applied_as}</a>' in status
+    else:
+        assert (last["status"], last["message"]) == ("refused", "plan rejected")
+    assert last["record"] == plan
+    row = status.split('<td data-label="Job">auditor</td>')[1].split("</tr>")[0]
+    assert "planned" not in row
