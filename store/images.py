@@ -16,8 +16,9 @@ from sqlalchemy.orm import Mapper
 from store.clock import parse_timestamp
 from store.models import ConversationLog, Memory, MemoryRelation
 
-# Fields that describe what a memory *is*; a change to any of them bumps `version` and means the
-# vector index must re-embed it. Links and access statistics are not among them.
+# Fields that describe what a memory *is* (and pinned, what a person decided about it); a change
+# to any of them bumps `version` and means the vector index must re-embed it. Links and access
+# statistics are not among them.
 CONTENT_FIELDS = frozenset(
     {
         "content",
@@ -28,6 +29,7 @@ CONTENT_FIELDS = frozenset(
         "session_id",
         "status",
         "metadata",
+        "pinned",
         "replaced_by_id",
     }
 )

@@ -220,12 +220,8 @@ def _changes(memory: MemoryView, form: dict[str, str]) -> dict[str, Any]:
     importance = form.get("importance", "")
     if importance and importance != str(memory.importance):
         changes["importance"] = int(importance) if importance.isdigit() else importance
-    # Pinning leaves the version as it is, so a form opened before the memory was pinned or
-    # unpinned passes the version check: its box counts only where it was ticked or cleared.
     pinned = form.get("pinned") == "yes"
-    shown = form.get("pinned_shown")
-    was = memory.pinned if shown is None else shown == "yes"
-    if pinned != was and pinned != memory.pinned:
+    if pinned != memory.pinned:
         changes["pinned"] = pinned
     when = form.get("event_time", "").strip()
     if when and when != memory.event_time.isoformat():

@@ -85,11 +85,11 @@ def test_console_required_field_emptied_is_refused_and_changes_nothing(
     assert store.db.memories.get("a", tea) == before
 
 
-def test_console_form_opened_before_a_pin_keeps_the_pin_and_a_cleared_box_unpins(
+def test_console_form_opened_before_a_pin_is_refused_and_a_cleared_box_unpins(
     store: Store,
 ) -> None:
-    # Pinning leaves the version as it is: a form shown before it passes the version check,
-    # and its unticked box must not take the pin back.
+    # A form shown before the memory was pinned must not take the pin back with its unticked
+    # box: a pin is a new version, so the form is stale.
     tea = memory_id(store, "a", "a: I like tea")
     with client(store) as web:
         stale = shown_form(web.get(f"/ui/memories/a/{tea}").text)
@@ -97,10 +97,10 @@ def test_console_form_opened_before_a_pin_keeps_the_pin_and_a_cleared_box_unpins
         response = web.post(
             f"/ui/memories/a/{tea}/edit", data=stale | {"content": "a: I like green tea"}
         )
-        assert response.status_code == 200
+        assert response.status_code == 409
         kept = store.db.memories.get("a", tea)
         assert kept is not None
-        assert (kept.content, kept.pinned) == ("a: I like green tea", True)
+        assert (kept.content, kept.pinned) == ("a: I like tea", True)
         unpinned = shown_form(web.get(f"/ui/memories/a/{tea}").text)
         unpinned.pop("pinned")
         assert web.post(f"/ui/memories/a/{tea}/edit", data=unpinned).status_code == 200

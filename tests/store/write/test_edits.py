@@ -406,3 +406,18 @@ def test_forget_then_undo_of_an_earlier_record_is_refused_without_harm(db: Datab
     with pytest.raises(Exception, match="erased since"):
         undo(db.writer, updated.record_id, now=NOW + HOUR)  # type: ignore[arg-type]
     assert list(db.memories.export("ns")) == after
+
+
+def test_pin_bumps_the_version_so_an_edit_read_before_it_is_refused(sqlite_db: Database) -> None:
+    # Pinned is what a person decided about the memory: a pin must not be lost to an edit
+    # made on what was read before it, and a pin is an update, not a timeline relink.
+    db = sqlite_db
+    (memory_id,) = seed(db, ["likes green tea"])
+    pinned = edits.edit(db.writer, "ns", memory_id, {"pinned": True}, now=NOW, expected_version=1)
+    with pytest.raises(edits.VersionConflict, match="version 2, not 1"):
+        edits.edit(db.writer, "ns", memory_id, {"pinned": False}, now=NOW, expected_version=1)
+    memory = db.memories.get("ns", memory_id)
+    assert memory is not None
+    assert (memory.pinned, memory.version) == (True, 2)
+    assert pinned.record_id is not None
+    assert db.records.change_counts([pinned.record_id]) == {pinned.record_id: {"updated": 1}}
