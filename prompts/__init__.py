@@ -3,10 +3,10 @@
 
 Replies are checked item by item (``ReplyModel.salvage``): a reply is a list of items (memories,
 relations, verdicts, traits) or one item (a summary). Each item is first *mended* where a rule
-protects nothing (a number just out of range is clamped, a field that does not apply to the
-chosen action is cleared; each mend is noted), then validated on its own; an item that still
-breaks the schema or a rule that does protect something is dropped with its reason, and the
-valid ones are kept.
+protects nothing (a number just out of range is clamped, a NUL character is removed from text,
+a field that does not apply to the chosen action is cleared; each mend is noted), then validated
+on its own; an item that still breaks the schema or a rule that does protect something is
+dropped with its reason, and the valid ones are kept.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def _check(model: type[ReplyModel], raw: Any) -> tuple[str | None, list[str]]:
     """Mend, then validate one item in place; return why it is invalid (or None) and notes."""
     if not isinstance(raw, dict):
         return "expected a JSON object", []
-    notes = model.mend(raw)
+    notes = _without_nul(raw)
+    notes += model.mend(raw)
     try:
         model.model_validate(raw)
     except ValidationError as exc:
@@ -137,6 +138,29 @@ def _check(model: type[ReplyModel], raw: Any) -> tuple[str | None, list[str]]:
         )
         return reason, notes
     return None, notes
+
+
+def _without_nul(raw: dict[str, Any]) -> list[str]:
+    """Remove NUL characters from the item's text, in place; return notes.
+
+    A NUL means nothing in text, and no store may keep one (PostgreSQL text cannot hold it,
+    and an export holding one is refused), so it is dropped rather than the item.
+    """
+    notes: list[str] = []
+
+    def clean(value: Any, where: str) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            notes.append(f"{where}: NUL characters removed")
+            return value.replace("\x00", "")
+        if isinstance(value, list):
+            return [clean(v, f"{where}.{n}") for n, v in enumerate(value)]
+        if isinstance(value, dict):
+            return {k: clean(v, f"{where}.{k}") for k, v in value.items()}
+        return value
+
+    for name, value in raw.items():
+        raw[name] = clean(value, name)
+    return notes
 
 
 def _item_model(cls: type[ReplyModel], field: str) -> type[ReplyModel]:

@@ -8,8 +8,11 @@ record lists the rest, and the job moves on instead of failing forever.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from store.exports.backup import export_store
+from store.exports.lines import parse_export
 from tests.secretary.jobs.conftest import DAY, HOUR, NOW, World
 from tests.secretary.jobs.test_auditor import paris_and_lyon, verdict
 from tests.secretary.jobs.test_extractor import lines, memory
@@ -40,6 +43,22 @@ def test_extractor_applies_valid_memories_and_records_the_invalid_one(world: Wor
     assert "content" in dropped["reason"]
     assert world.store.db.work.job_state("extractor", "maya") == {"watermark": log_ids[-1]}
     assert len(world.llm_requests) == 1  # usable items: no repair round trip
+
+
+def test_extractor_nul_characters_are_removed_and_said(world: World) -> None:
+    log_ids = world.logs(lines())
+    cat = {**memory("The user adopted a cat\x00 named Miso.", log_ids[:2]), "tags": ["c\x00at"]}
+    world.reply({"memories": [cat, memory("\x00\x00", [log_ids[2]])]})
+
+    world.run("extractor")
+
+    (made,) = world.active()  # the item of NULs only is blank once they are removed: dropped
+    assert (made.content, made.tags) == ("The user adopted a cat named Miso.", ("cat",))
+    (record,) = world.records()
+    assert "extractor: item 0: content: NUL characters removed" in record.stats["mended"]
+    # What the store holds, an export of it restores (an export refuses a NUL).
+    exported = [json.loads(line) for line in export_store(world.store.engine)]
+    assert parse_export(exported, [str(n) for n in range(len(exported))])[1] == []
 
 
 def test_extractor_memory_citing_only_foreign_lines_is_dropped_and_says_why(world: World) -> None:
