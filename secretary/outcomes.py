@@ -11,13 +11,22 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from loguru import logger
+
 from secretary.jobs.base import Plan
 from secretary.jobs.context import LlmCalls
-from secretary.jobs.guardrails import Filtered, ProtectionFacts, drop_protected, protected_ids
+from secretary.jobs.guardrails import (
+    Filtered,
+    ProtectionFacts,
+    drop_protected,
+    named_ids,
+    naming,
+    protected_ids,
+)
 from secretary.jobs.settings import GuardrailSettings
 from store.changes import plural
 from store.database import Database
-from store.kinds import RecordStatus
+from store.kinds import MemoryStatus, RecordStatus
 from store.operations import Operation, changed_ids
 from store.shapes.records import dropped_total
 
@@ -78,6 +87,49 @@ def protected_targets(
         lossless={i for i, c in enumerate(plan.changes) if c.lossless},
         pinned={m.id for m in rows if m.pinned},
     )
+
+
+def guarded(
+    db: Database, namespace: str, plan: Plan, guardrails: GuardrailSettings, *, now: datetime
+) -> tuple[Plan, Filtered]:
+    """The plan without the changes naming memories no longer active (``without_retired``),
+    and which of the rest may go ahead (``protected_targets``)."""
+    plan = without_retired(db, namespace, plan)
+    return plan, protected_targets(db, namespace, plan, guardrails, now=now)
+
+
+def without_retired(db: Database, namespace: str, plan: Plan) -> Plan:
+    """The plan without the changes that name a memory no longer active: retired or deleted by
+    another writer while the job planned and waited on the model (a supersede by a memory
+    deleted meanwhile would retire both). Each dropped change is listed in the plan's
+    ``rejected`` with why. What a forget erased meanwhile is the writer's to check
+    (``store.write.stale``), in the transaction that applies or stores the plan."""
+    named = named_ids(plan.operations)
+    retired = {
+        m.id: m.status
+        for m in db.memories.many(namespace, named)
+        if m.status != MemoryStatus.ACTIVE
+    }
+    hits = naming([c.operations for c in plan.changes], retired) if retired else {}
+    if not hits:
+        return plan
+    logger.warning(
+        "{}: dropping {} change(s) naming memories no longer active: {}",
+        plan.job,
+        len(hits),
+        sorted(set().union(*hits.values())),
+    )
+    rejected = [
+        {
+            "item": plan.changes[index].label,
+            "reason": "names "
+            + ", ".join(f"#{i} ({retired[i]})" for i in sorted(ids))
+            + ", no longer active since the run read it",
+        }
+        for index, ids in hits.items()
+    ]
+    kept = plan.keeping(i for i in range(len(plan.changes)) if i not in hits)
+    return replace(kept, rejected=(*plan.rejected, *rejected))
 
 
 def capped_operations(plan: Plan) -> list[Operation]:

@@ -8,9 +8,10 @@
 2. skips at once while the job backs off after failed runs, or while a plan the change cap
    refused is still current (nothing changed since and the cap is the same);
 3. applies the job's plans part by part (``Job.parts``: what needs no model first, with its
-   own record, then the model's part), each after the guardrails: changes to protected memories
-   are dropped, a plan over the change cap is refused and kept (it can be approved), and in
-   approval mode it is stored for `secretary plans approve`;
+   own record, then the model's part), each after the guardrails: changes naming a memory no
+   longer active (another writer retired it meanwhile) or touching a protected one are dropped,
+   a plan over the change cap is refused and kept (it can be approved), and in approval mode it
+   is stored for `secretary plans approve`;
 4. saves the job's health with the run's last record: the outcome, failures in a row and the
    back-off, and the items quarantined after a call failed too often (``secretary.health``).
 
@@ -45,10 +46,10 @@ from secretary.outcomes import (
     cap_of,
     capped_operations,
     current_refusal,
+    guarded,
     make_outcome,
     merged_stats,
     nothing_words,
-    protected_targets,
     run_stats,
     run_words,
     spent_words,
@@ -239,9 +240,8 @@ class _Run:
 
     def _settle(self, ctx: JobContext, plan: Plan) -> RunOutcome:
         """Apply the guardrails to one plan, then refuse, report, store or apply it."""
-        db, name, namespace = ctx.db, self.job.name, self.namespace
-        guardrails = ctx.guardrails
-        filtered = protected_targets(db, namespace, plan, guardrails, now=self.now)
+        db, name, namespace, guardrails = ctx.db, self.job.name, self.namespace, ctx.guardrails
+        plan, filtered = guarded(db, namespace, plan, guardrails, now=self.now)
         if filtered.dropped:
             logger.warning(
                 "{}: dropping {} change(s) that would touch protected memories {}",

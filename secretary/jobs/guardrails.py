@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from secretary.jobs.settings import GuardrailSettings
-from store.operations import Operation, Purge, changed_ids
+from store.operations import Operation, Purge, changed_ids, referenced_ids
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +79,25 @@ def drop_protected(
         else:
             kept.append(index)
     return Filtered(kept=tuple(kept), dropped=tuple(dropped), protected_hit=tuple(sorted(hit)))
+
+
+def named_ids(operations: Iterable[Operation]) -> set[int]:
+    """The existing memories the operations name, and so expect to be active when applied.
+
+    Purges aside: they remove tombstones, which are never active.
+    """
+    return referenced_ids(op for op in operations if not isinstance(op, Purge))
+
+
+def naming(changes: Sequence[Sequence[Operation]], gone: Collection[int]) -> dict[int, set[int]]:
+    """Given changes and the memories no longer active, return, by change index, those of them
+    each change names (only the changes that name any)."""
+    out: dict[int, set[int]] = {}
+    for index, operations in enumerate(changes):
+        hit = named_ids(operations) & set(gone)
+        if hit:
+            out[index] = hit
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)

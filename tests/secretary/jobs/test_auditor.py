@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
-from tests.secretary.jobs.conftest import DAY, HOUR, NOW, World
+from tests.helpers.openai_server import CHAT_COMPLETIONS, ReceivedRequest, ScriptedReply, chat_reply
+from tests.secretary.jobs.conftest import DAY, HOUR, NOW, NS, World
 
 MINUTE = timedelta(minutes=1)
 
@@ -203,6 +205,25 @@ def test_auditor_replacement_from_another_group_is_rejected(world: World) -> Non
 
     assert world.memory(old).status == "active"
     assert outcome.stats["dropped_ids"] == [lonely]  # it was never sent
+
+
+def test_auditor_replacement_deleted_while_the_model_answers_is_dropped(world: World) -> None:
+    old, new = paris_and_lyon(world)
+
+    def answer(_request: ReceivedRequest) -> ScriptedReply:
+        world.store.delete(NS, new, now=NOW)  # a person deletes it while the model thinks
+        return chat_reply(json.dumps({"verdicts": [verdict(old, "supersede", superseded_by=new)]}))
+
+    world.server.enqueue(CHAT_COMPLETIONS, answer)
+
+    outcome = world.run("auditor")
+
+    assert world.memory(old).status == "active"  # not retired in favour of a deleted memory
+    (dropped,) = outcome.stats["dropped"]
+    assert dropped == {
+        "item": f"supersede #{old} by #{new} (contradiction)",
+        "reason": f"names #{new} (deleted), no longer active since the run read it",
+    }
 
 
 def test_auditor_instructions_in_content_stay_data(world: World) -> None:
