@@ -319,11 +319,15 @@ def _failed_attempt_tokens(exc: BaseException, prompt_estimate: int) -> int:
 
 
 def _strip_code_fence(content: str) -> str:
-    # Models often wrap JSON in a ```json fence even when told not to; that is no reason to
-    # spend a repair round trip.
+    # Models often wrap JSON in a ```json fence even when told not to, and some say a line
+    # before or after it ("Here is the JSON:"); neither is a reason to spend a repair round trip.
     text = content.strip()
-    if text.startswith("```") and text.endswith("```") and "\n" in text:
-        return text[text.index("\n") + 1 : -3]
+    start, end = text.find("```"), text.rfind("```")
+    if text.startswith(("{", "[")) or end <= start:
+        return text
+    fenced = text[start : end + 3]
+    if "\n" in fenced:
+        return fenced[fenced.index("\n") + 1 : -3]
     return text
 
 

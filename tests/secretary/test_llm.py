@@ -134,6 +134,25 @@ def test_complete_code_fenced_json_accepted_without_repair(server: ScriptedOpenA
     assert (reply.attempts, reply.repaired) == (1, False)
 
 
+@pytest.mark.parametrize(
+    "said",
+    [
+        f"Here is the JSON you asked for:\n```json\n{VALID}\n```",
+        f"```json\n{VALID}\n```\nLet me know if you need anything else.",
+    ],
+    ids=["words-before", "words-after"],
+)
+def test_complete_code_fenced_json_among_words_accepted_without_repair(
+    server: ScriptedOpenAIServer, said: str
+) -> None:
+    server.enqueue(CHAT_COMPLETIONS, chat_reply(said))
+
+    reply = LlmClient(settings_for(server)).complete(prompt(), ConsolidatorReply)
+
+    assert (reply.attempts, reply.repaired) == (1, False)
+    assert reply.value.importance == 6
+
+
 def test_complete_malformed_json_then_repair_succeeds(server: ScriptedOpenAIServer) -> None:
     server.enqueue(
         CHAT_COMPLETIONS,
