@@ -26,20 +26,19 @@ from secretary.jobs.base import (
 from secretary.jobs.context import JobContext
 from store.kinds import MemoryStatus, MemoryType, RelationType
 from store.operations import CreateMemory, CreateRelation, InheritRelations, Operation, SetStatus
+from store.text import content_hash
 from store.views import MemoryView
 
 EVIDENCE_TYPES = (MemoryType.EVENT.value, MemoryType.FACT.value)
 TRAIT_TAG = "trait"
 
 
-def current_traits(ctx: JobContext, limit: int) -> list[MemoryView]:
+def current_traits(ctx: JobContext) -> list[MemoryView]:
     """Return the active traits, most recently changed first."""
-    if limit <= 0:
-        return []
     preferences = ctx.db.memories.of_type(
         ctx.namespace, MemoryType.PREFERENCE.value, order="recently_changed"
     )
-    return [p for p in preferences if is_trait(p)][:limit]
+    return [p for p in preferences if is_trait(p)]
 
 
 def trait_for_prompt(trait: MemoryView) -> dict[str, Any]:
@@ -61,6 +60,9 @@ class Traits:
     """Turns proposed traits into changes, citing only memories and traits that were sent."""
 
     traits: Mapping[int, MemoryView]
+    # The text of every active trait (shown or not) and of those made this run, by content
+    # hash: the trait's id, or the plan key of one made this run.
+    known: dict[str, int | str] = field(default_factory=dict)
     changes: list[Change] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     conflicts: int = 0
@@ -86,7 +88,14 @@ class Traits:
                 self.conflicts += 1  # two revisions of one trait in a run: keep the first
                 self._reject(item, f"a second revision of trait #{previous} in one run")
                 continue
+            same = self.known.get(content_hash(proposed.trait.strip()))
+            if same is not None and same != previous:
+                # A model that forgets to say which trait it revises proposes it again.
+                said = f"trait #{same}" if isinstance(same, int) else "a trait made this run"
+                self._reject(item, f"says what {said} says already")
+                continue
             key = f"t{number}_{index}"
+            self.known[content_hash(proposed.trait.strip())] = key
             self.changes.append(
                 _trait_change(key, proposed, [evidence[i] for i in cited], previous)
             )
@@ -162,10 +171,12 @@ class SoulMapper(MemoryJob[TraitWork, Batch, SoulMapperReply]):
     def prepare(self, ctx: JobContext, new: Sequence[MemoryView]) -> TraitWork:
         if not ctx.llm.available:
             return TraitWork(shown=[], traits=Traits(traits={}))
-        traits = current_traits(ctx, ctx.jobs.soul_mapper_max_traits)
+        every = current_traits(ctx)
+        traits = every[: max(ctx.jobs.soul_mapper_max_traits, 0)]
+        known: dict[str, int | str] = {t.content_hash: t.id for t in reversed(every)}
         return TraitWork(
             shown=[trait_for_prompt(t) for t in traits],
-            traits=Traits(traits={t.id: t for t in traits}),
+            traits=Traits(traits={t.id: t for t in traits}, known=known),
         )
 
     def calls(

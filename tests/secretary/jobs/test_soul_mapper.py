@@ -92,6 +92,40 @@ def test_soul_mapper_unknown_trait_to_update_is_dropped(world: World) -> None:
     assert world.memory(first).status == "active"
 
 
+def test_soul_mapper_trait_proposed_again_without_saying_it_revises_is_dropped(
+    world: World,
+) -> None:
+    (old,) = world.memories(
+        content="The user is a keen runner.",
+        type="preference",
+        metadata={"trait": True, "confidence": 0.6},
+        timestamp=NOW - 30 * DAY,
+    )
+    first, second = runs(world)
+    world.reply(
+        {
+            "traits": [
+                trait("The user is a keen runner.", [first]),  # trait #old again, as new
+                trait("The user signs up for races.", [first]),
+                trait(" The user signs up for races.", [second]),  # twice in one reply
+            ]
+        }
+    )
+
+    outcome = world.run("soul_mapper")
+
+    traits = [m for m in world.active() if m.metadata.get("trait") is True]
+    assert sorted(m.content for m in traits) == [
+        "The user is a keen runner.",
+        "The user signs up for races.",
+    ]
+    assert world.memory(old).status == "active"
+    assert [d["reason"] for d in outcome.stats["dropped"]] == [
+        f"says what trait #{old} says already",
+        "says what a trait made this run says already",
+    ]
+
+
 def test_soul_mapper_prompt_shows_memories_by_day_and_traits_since_a_day(world: World) -> None:
     first, second = runs(world)
     world.reply({"traits": [trait("The user is a keen runner.", [first, second])]})
