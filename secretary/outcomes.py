@@ -22,12 +22,14 @@ from secretary.jobs.guardrails import (
     named_ids,
     naming,
     protected_ids,
+    too_long,
 )
 from secretary.jobs.settings import GuardrailSettings
 from store.changes import plural
 from store.database import Database
 from store.kinds import MemoryStatus, RecordStatus
 from store.operations import Operation, changed_ids
+from store.service import Store
 from store.shapes.records import dropped_total
 
 Status = Literal["applied", "planned", "refused", "failed", "skipped", "nothing"]
@@ -90,12 +92,26 @@ def protected_targets(
 
 
 def guarded(
-    db: Database, namespace: str, plan: Plan, guardrails: GuardrailSettings, *, now: datetime
+    store: Store, namespace: str, plan: Plan, guardrails: GuardrailSettings, *, now: datetime
 ) -> tuple[Plan, Filtered]:
-    """The plan without the changes naming memories no longer active (``without_retired``),
-    and which of the rest may go ahead (``protected_targets``)."""
-    plan = without_retired(db, namespace, plan)
-    return plan, protected_targets(db, namespace, plan, guardrails, now=now)
+    """The plan without the changes writing content over the store's limit (``too_long``) or
+    naming memories no longer active (``without_retired``), and which of the rest may go ahead
+    (``protected_targets``)."""
+    longest = store.limits.max_content_chars
+    plan = _without(plan, too_long([c.operations for c in plan.changes], longest))
+    plan = without_retired(store.db, namespace, plan)
+    return plan, protected_targets(store.db, namespace, plan, guardrails, now=now)
+
+
+def _without(plan: Plan, reasons: Mapping[int, str]) -> Plan:
+    """The plan without the changes at the indexes of ``reasons``, each listed with its reason
+    among the plan's ``rejected``."""
+    if not reasons:
+        return plan
+    logger.warning("{}: dropping {} change(s): {}", plan.job, len(reasons), list(reasons.values()))
+    rejected = [{"item": plan.changes[i].label, "reason": why} for i, why in reasons.items()]
+    kept = plan.keeping(i for i in range(len(plan.changes)) if i not in reasons)
+    return replace(kept, rejected=(*plan.rejected, *rejected))
 
 
 def without_retired(db: Database, namespace: str, plan: Plan) -> Plan:
@@ -111,25 +127,15 @@ def without_retired(db: Database, namespace: str, plan: Plan) -> Plan:
         if m.status != MemoryStatus.ACTIVE
     }
     hits = naming([c.operations for c in plan.changes], retired) if retired else {}
-    if not hits:
-        return plan
-    logger.warning(
-        "{}: dropping {} change(s) naming memories no longer active: {}",
-        plan.job,
-        len(hits),
-        sorted(set().union(*hits.values())),
-    )
-    rejected = [
+    return _without(
+        plan,
         {
-            "item": plan.changes[index].label,
-            "reason": "names "
+            index: "names "
             + ", ".join(f"#{i} ({retired[i]})" for i in sorted(ids))
-            + ", no longer active since the run read it",
-        }
-        for index, ids in hits.items()
-    ]
-    kept = plan.keeping(i for i in range(len(plan.changes)) if i not in hits)
-    return replace(kept, rejected=(*plan.rejected, *rejected))
+            + ", no longer active since the run read it"
+            for index, ids in hits.items()
+        },
+    )
 
 
 def capped_operations(plan: Plan) -> list[Operation]:

@@ -241,7 +241,7 @@ class _Run:
     def _settle(self, ctx: JobContext, plan: Plan) -> RunOutcome:
         """Apply the guardrails to one plan, then refuse, report, store or apply it."""
         db, name, namespace, guardrails = ctx.db, self.job.name, self.namespace, ctx.guardrails
-        plan, filtered = guarded(db, namespace, plan, guardrails, now=self.now)
+        plan, filtered = guarded(self.store, namespace, plan, guardrails, now=self.now)
         if filtered.dropped:
             logger.warning(
                 "{}: dropping {} change(s) that would touch protected memories {}",

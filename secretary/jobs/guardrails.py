@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from secretary.jobs.settings import GuardrailSettings
-from store.operations import Operation, Purge, changed_ids, referenced_ids
+from store.operations import (
+    CreateMemory,
+    Operation,
+    Purge,
+    UpdateMemory,
+    changed_ids,
+    referenced_ids,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +104,27 @@ def naming(changes: Sequence[Sequence[Operation]], gone: Collection[int]) -> dic
         hit = named_ids(operations) & set(gone)
         if hit:
             out[index] = hit
+    return out
+
+
+def too_long(changes: Sequence[Sequence[Operation]], max_chars: int) -> dict[int, str]:
+    """Given changes and the longest content a memory may hold (``ingest.max_content_chars``),
+    return, by change index, why a memory a change writes is longer (only such changes).
+
+    What a person cannot ingest, a model may not write either (a reply looping on one phrase
+    fills its whole token cap)."""
+    out: dict[int, str] = {}
+    for index, operations in enumerate(changes):
+        for op in operations:
+            text = op.content if isinstance(op, CreateMemory) else None
+            if isinstance(op, UpdateMemory) and isinstance(op.changes.get("content"), str):
+                text = op.changes["content"]
+            if text is not None and len(text) > max_chars:
+                out[index] = (
+                    f"its content has {len(text)} characters, more than the limit of"
+                    f" {max_chars} (ingest.max_content_chars)"
+                )
+                break
     return out
 
 

@@ -61,6 +61,23 @@ def test_extractor_nul_characters_are_removed_and_said(world: World) -> None:
     assert parse_export(exported, [str(n) for n in range(len(exported))])[1] == []
 
 
+def test_extractor_memory_over_the_content_limit_is_dropped_and_says_why(world: World) -> None:
+    log_ids = world.logs(lines())
+    looping = memory("The user likes cats. " * 400, log_ids[:1])  # 8,399 characters, trimmed
+    world.reply({"memories": [looping, memory("The user wants answers in French.", [log_ids[2]])]})
+
+    outcome = world.run("extractor")
+
+    assert [m.content for m in world.active()] == ["The user wants answers in French."]
+    assert outcome.stats["dropped"] == [
+        {
+            "item": f"extract [{log_ids[0]}]",
+            "reason": "its content has 8399 characters, more than the limit of 8000"
+            " (ingest.max_content_chars)",
+        }
+    ]
+
+
 def test_extractor_memory_citing_only_foreign_lines_is_dropped_and_says_why(world: World) -> None:
     log_ids = world.logs(lines())
     world.reply(
