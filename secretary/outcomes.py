@@ -20,14 +20,14 @@ from secretary.jobs.guardrails import (
     ProtectionFacts,
     drop_protected,
     named_ids,
-    naming,
+    overtaken,
     protected_ids,
     too_long,
 )
 from secretary.jobs.settings import GuardrailSettings
 from store.changes import plural
 from store.database import Database
-from store.kinds import MemoryStatus, RecordStatus
+from store.kinds import RecordStatus
 from store.operations import Operation, changed_ids
 from store.service import Store
 from store.shapes.records import dropped_total
@@ -95,11 +95,11 @@ def guarded(
     store: Store, namespace: str, plan: Plan, guardrails: GuardrailSettings, *, now: datetime
 ) -> tuple[Plan, Filtered]:
     """The plan without the changes writing content over the store's limit (``too_long``) or
-    naming memories no longer active (``without_retired``), and which of the rest may go ahead
+    overtaken by another writer (``without_overtaken``), and which of the rest may go ahead
     (``protected_targets``)."""
     longest = store.limits.max_content_chars
     plan = _without(plan, too_long([c.operations for c in plan.changes], longest))
-    plan = without_retired(store.db, namespace, plan)
+    plan = without_overtaken(store.db, namespace, plan)
     return plan, protected_targets(store.db, namespace, plan, guardrails, now=now)
 
 
@@ -114,28 +114,15 @@ def _without(plan: Plan, reasons: Mapping[int, str]) -> Plan:
     return replace(kept, rejected=(*plan.rejected, *rejected))
 
 
-def without_retired(db: Database, namespace: str, plan: Plan) -> Plan:
-    """The plan without the changes that name a memory no longer active: retired or deleted by
-    another writer while the job planned and waited on the model (a supersede by a memory
-    deleted meanwhile would retire both). Each dropped change is listed in the plan's
+def without_overtaken(db: Database, namespace: str, plan: Plan) -> Plan:
+    """The plan without the changes another writer overtook while the job planned and waited
+    on the model (``overtaken``: a supersede by a memory deleted meanwhile would retire both; a
+    merge's new text would undo a person's edit). Each dropped change is listed in the plan's
     ``rejected`` with why. What a forget erased meanwhile is the writer's to check
     (``store.write.stale``), in the transaction that applies or stores the plan."""
-    named = named_ids(plan.operations)
-    retired = {
-        m.id: m.status
-        for m in db.memories.many(namespace, named)
-        if m.status != MemoryStatus.ACTIVE
-    }
-    hits = naming([c.operations for c in plan.changes], retired) if retired else {}
-    return _without(
-        plan,
-        {
-            index: "names "
-            + ", ".join(f"#{i} ({retired[i]})" for i in sorted(ids))
-            + ", no longer active since the run read it"
-            for index, ids in hits.items()
-        },
-    )
+    named = named_ids(plan.operations) | {i for c in plan.changes for i in c.read}
+    current = {m.id: (m.status, m.version) for m in db.memories.many(namespace, named)}
+    return _without(plan, overtaken([(c.operations, c.read) for c in plan.changes], current))
 
 
 def capped_operations(plan: Plan) -> list[Operation]:

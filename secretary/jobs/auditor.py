@@ -176,7 +176,7 @@ class Verdicts:
 
     def add(self, batch: Sequence[Group], reply: AuditorReply) -> None:
         group_of = {m.id: n for n, group in enumerate(batch) for m in group}
-        contents = {m.id: m.content for group in batch for m in group}
+        views = {m.id: m for group in batch for m in group}
         for verdict in reply.verdicts:
             if verdict.action == "keep":
                 continue
@@ -195,7 +195,9 @@ class Verdicts:
                 self.conflicts += 1
                 self._reject(item, "an earlier verdict of this run already retired or kept one")
                 continue
-            self.changes.append(_change(verdict, contents.get(other) if other else None))
+            change = _change(verdict, views[other].content if other else None)
+            read = {i: views[i].version for i in (verdict.id, other) if i is not None}
+            self.changes.append(replace(change, read=read))
             self.notes.append(
                 {
                     "id": verdict.id,

@@ -49,6 +49,9 @@ class Change:
     # Merges an exact duplicate into a memory with the same text: nothing is lost, so only a
     # pinned memory holds it back and the change cap does not count it (see guardrails).
     lossless: bool = False
+    # The versions of the memories it was decided on, as read: a change another writer made
+    # to one of them meanwhile drops it (see ``secretary.outcomes.without_overtaken``).
+    read: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

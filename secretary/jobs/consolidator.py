@@ -70,6 +70,7 @@ def summary_change(key: str, reply: ConsolidatorReply, fragments: Sequence[Memor
     return Change(
         label=f"summarise {list(ids)}",
         operations=(create, InheritRelations(from_ids=ids, to=key), *derived, *merged),
+        read={m.id: m.version for m in ordered},
     )
 
 

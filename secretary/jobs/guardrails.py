@@ -6,11 +6,12 @@ Which memories a plan changes is ``store.operations.changed_ids``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from secretary.jobs.settings import GuardrailSettings
+from store.kinds import MemoryStatus
 from store.operations import (
     CreateMemory,
     Operation,
@@ -96,14 +97,26 @@ def named_ids(operations: Iterable[Operation]) -> set[int]:
     return referenced_ids(op for op in operations if not isinstance(op, Purge))
 
 
-def naming(changes: Sequence[Sequence[Operation]], gone: Collection[int]) -> dict[int, set[int]]:
-    """Given changes and the memories no longer active, return, by change index, those of them
-    each change names (only the changes that name any)."""
-    out: dict[int, set[int]] = {}
-    for index, operations in enumerate(changes):
-        hit = named_ids(operations) & set(gone)
-        if hit:
-            out[index] = hit
+def overtaken(
+    changes: Sequence[tuple[Sequence[Operation], Mapping[int, int]]],
+    current: Mapping[int, tuple[str, int]],
+) -> dict[int, str]:
+    """Given changes, each with the versions of the memories it was decided on as the job read
+    them, and the status and version of the memories they name now, return, by change index,
+    why a change was overtaken (only such changes): it names a memory no longer active, or one
+    whose content another writer changed since it was read."""
+    out: dict[int, str] = {}
+    for index, (operations, read) in enumerate(changes):
+        named = sorted(named_ids(operations) | set(read))
+        retired = [i for i in named if i in current and current[i][0] != MemoryStatus.ACTIVE]
+        if retired:
+            said = ", ".join(f"#{i} ({current[i][0]})" for i in retired)
+            out[index] = f"names {said}, no longer active since the run read it"
+            continue
+        edited = [i for i in named if i in read and i in current and current[i][1] != read[i]]
+        if edited:
+            said = ", ".join(f"#{i}" for i in edited)
+            out[index] = f"{said} changed since the run read it"
     return out
 
 

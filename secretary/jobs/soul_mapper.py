@@ -8,7 +8,7 @@ supersedes the previous version (which keeps its history), never an in-place edi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prompts.render import RenderedPrompt, render
@@ -96,9 +96,10 @@ class Traits:
                 continue
             key = f"t{number}_{index}"
             self.known[content_hash(proposed.trait.strip())] = key
-            self.changes.append(
-                _trait_change(key, proposed, [evidence[i] for i in cited], previous)
-            )
+            change = _trait_change(key, proposed, [evidence[i] for i in cited], previous)
+            if previous is not None:  # revised from what it said when it was read
+                change = replace(change, read={previous: self.traits[previous].version})
+            self.changes.append(change)
             if previous is not None:
                 self._revised.add(previous)
 

@@ -226,6 +226,29 @@ def test_auditor_replacement_deleted_while_the_model_answers_is_dropped(world: W
     }
 
 
+def test_auditor_merge_into_a_memory_edited_while_the_model_answers_is_dropped(
+    world: World,
+) -> None:
+    old, new = paris_and_lyon(world)
+    edited = "The user lives in Paris, rue Oberkampf."
+    merged = verdict(
+        new, "merge", merge_into=old, merged_content="The user lives in Lyon.", category="duplicate"
+    )
+
+    def answer(_request: ReceivedRequest) -> ScriptedReply:
+        world.store.edit(NS, old, {"content": edited}, now=NOW)  # a person edits it meanwhile
+        return chat_reply(json.dumps({"verdicts": [merged]}))
+
+    world.server.enqueue(CHAT_COMPLETIONS, answer)
+
+    outcome = world.run("auditor")
+
+    assert world.memory(old).content == edited  # the person's edit is not written over
+    assert world.memory(new).status == "active"
+    (dropped,) = outcome.stats["dropped"]
+    assert dropped["reason"] == f"#{old} changed since the run read it"
+
+
 def test_auditor_instructions_in_content_stay_data(world: World) -> None:
     world.configure(jobs={"auditor_near_threshold": 0.4})
     (victim,) = world.memories(content="The user lives in Paris.", type="fact")

@@ -11,6 +11,7 @@ from secretary.jobs.guardrails import (
     cap_refusal,
     count_changes,
     drop_protected,
+    overtaken,
     protected_ids,
 )
 from secretary.jobs.settings import GuardrailSettings
@@ -93,6 +94,33 @@ def test_count_changes_ignores_creations() -> None:
     ]
 
     assert count_changes(ops) == ChangeCount(existing=1, purged=1)
+
+
+def test_overtaken_names_a_memory_retired_or_changed_since_it_was_read() -> None:
+    merge = [SetStatus(memory_id=1, status=MemoryStatus.MERGED, replaced_by=2)]
+    link = [CreateRelation(source=7, target=8, type="thematic", strength=0.5)]
+    current = {
+        1: ("active", 3),
+        2: ("active", 5),
+        7: ("deleted", 1),
+        8: ("active", 1),
+        9: ("archived", 2),
+    }
+
+    found = overtaken(
+        [
+            (merge, {1: 3, 2: 5}),  # as read: stands
+            (merge, {1: 3, 2: 4}),  # #2 edited since
+            (link, {}),  # #7 deleted since
+            ([Purge(memory_id=9)], {}),  # a purge names a tombstone on purpose
+        ],
+        current,
+    )
+
+    assert found == {
+        1: "#2 changed since the run read it",
+        2: "names #7 (deleted), no longer active since the run read it",
+    }
 
 
 def test_split_ids_separates_ids_that_were_not_sent() -> None:
