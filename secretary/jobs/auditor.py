@@ -177,11 +177,18 @@ class Verdicts:
     def add(self, batch: Sequence[Group], reply: AuditorReply) -> None:
         group_of = {m.id: n for n, group in enumerate(batch) for m in group}
         views = {m.id: m for group in batch for m in group}
+        torn = _torn(reply.verdicts)
+        self.conflicts += len(torn)
+        seen: set[tuple[int, str, int | None]] = set()
         for verdict in reply.verdicts:
-            if verdict.action == "keep":
-                continue
             other = verdict.superseded_by if verdict.action == "supersede" else verdict.merge_into
+            if verdict.action == "keep" or (verdict.id, verdict.action, other) in seen:
+                continue  # a verdict said twice is said once
+            seen.add((verdict.id, verdict.action, other))
             item = f"{verdict.action} #{verdict.id}" + (f" into #{other}" if other else "")
+            if verdict.id in torn:
+                self._reject(item, f"the reply gives #{verdict.id} conflicting verdicts")
+                continue
             unknown = [i for i in (verdict.id, other) if i is not None and i not in group_of]
             if unknown:
                 self.dropped.extend(unknown)
@@ -221,6 +228,15 @@ class Verdicts:
         if other is not None:
             self._targets.add(other)
         return True
+
+
+def _torn(verdicts: Iterable[Verdict]) -> set[int]:
+    """The memories a reply gives more than one verdict (keep it and archive it, say): the
+    model could not decide, so none of them stands."""
+    said: dict[int, set[tuple[str, int | None]]] = {}
+    for v in verdicts:
+        said.setdefault(v.id, set()).add((v.action, v.superseded_by or v.merge_into))
+    return {memory_id for memory_id, verdicts in said.items() if len(verdicts) > 1}
 
 
 def _ids(ids: Iterable[int]) -> str:

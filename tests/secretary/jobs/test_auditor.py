@@ -249,6 +249,24 @@ def test_auditor_merge_into_a_memory_edited_while_the_model_answers_is_dropped(
     assert dropped["reason"] == f"#{old} changed since the run read it"
 
 
+def test_auditor_memory_given_conflicting_verdicts_in_one_reply_is_left_alone(
+    world: World,
+) -> None:
+    old, new = paris_and_lyon(world)
+    archive = verdict(new, "archive", category="hallucination")
+    supersede = verdict(old, "supersede", superseded_by=new)
+    # keep #new and archive it; #old superseded by #new, said twice
+    world.reply({"verdicts": [verdict(new), archive, supersede, supersede]})
+
+    outcome = world.run("auditor")
+
+    assert world.memory(new).status == "active"  # not archived on one of two verdicts
+    assert world.memory(old).status == "superseded"
+    assert outcome.stats["dropped"] == [
+        {"item": f"archive #{new}", "reason": f"the reply gives #{new} conflicting verdicts"}
+    ]
+
+
 def test_auditor_instructions_in_content_stay_data(world: World) -> None:
     world.configure(jobs={"auditor_near_threshold": 0.4})
     (victim,) = world.memories(content="The user lives in Paris.", type="fact")
