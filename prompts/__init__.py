@@ -82,6 +82,10 @@ class ReplyModel(BaseModel):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
+            if not text.strip():
+                return _unusable("the reply holds no text")
+            if exc.pos == len(text) - len(text.lstrip()):  # words, not JSON: say which
+                return _unusable(f"not JSON: the reply says {_short(text.strip())}")
             return _unusable(f"not valid JSON: {exc.msg} at line {exc.lineno}")
         if cls.items_field is None:
             return _one_item(cls, data)

@@ -332,12 +332,17 @@ def _strip_code_fence(content: str) -> str:
 
 
 def _content_of(response: Any) -> str:
-    # A reply without text (no choices, a refusal, a tool call) is simply an invalid reply.
+    # A reply without text (no choices, a refusal, a tool call) is simply an invalid reply; a
+    # refusal says so, in the words the model gave (they go into the record and the repair).
     try:
-        content = response.choices[0].message.content
+        message = response.choices[0].message
     except (AttributeError, IndexError, TypeError):
         return ""
-    return content if isinstance(content, str) else ""
+    content = getattr(message, "content", None)
+    if isinstance(content, str) and content.strip():
+        return content
+    refusal = getattr(message, "refusal", None)
+    return refusal if isinstance(refusal, str) else ""
 
 
 def _cost_of(litellm: Any, response: Any, model: str) -> float | None:

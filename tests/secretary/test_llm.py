@@ -26,6 +26,7 @@ from tests.helpers.openai_server import (
     CHAT_COMPLETIONS,
     ScriptedOpenAIServer,
     ScriptedReply,
+    chat_completion_body,
     chat_reply,
     error_reply,
 )
@@ -169,6 +170,38 @@ def test_complete_malformed_json_then_repair_succeeds(server: ScriptedOpenAIServ
     repair_messages = chat_requests(server)[1]["messages"]
     assert repair_messages[-2] == {"role": "assistant", "content": '{"summary": "cut off'}
     assert "not valid JSON" in repair_messages[-1]["content"]
+
+
+def _refusal(words: str | None) -> ScriptedReply:
+    body = chat_completion_body("")
+    body["choices"][0]["message"] = {"role": "assistant", "content": None, "refusal": words}
+    if words is None:
+        body["choices"] = []
+    return ScriptedReply(body=body)
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (
+            _refusal("I can't help with that."),
+            'not JSON: the reply says "I can\'t help with that."',
+        ),
+        (chat_reply("Sorry, as an AI I cannot judge memories."), "not JSON: the reply says"),
+        (_refusal(None), "the reply holds no text"),
+    ],
+    ids=["refusal", "words", "no-choices"],
+)
+def test_complete_reply_without_json_says_what_it_said(
+    server: ScriptedOpenAIServer, reply: ScriptedReply, said: str
+) -> None:
+    server.enqueue(CHAT_COMPLETIONS, reply, reply)
+
+    with pytest.raises(LlmInvalidReply) as caught:
+        LlmClient(settings_for(server)).complete(prompt(), ConsolidatorReply)
+
+    assert said in str(caught.value)
+    assert said in chat_requests(server)[1]["messages"][-1]["content"]  # the repair says it too
 
 
 def test_complete_schema_violation_twice_raises_invalid_reply(
