@@ -4,16 +4,17 @@
 Replies are checked item by item (``ReplyModel.salvage``): a reply is a list of items (memories,
 relations, verdicts, traits) or one item (a summary). Each item is first *mended* where a rule
 protects nothing (a number just out of range is clamped, a NUL character is removed from text,
-a field that does not apply to the chosen action is cleared; each mend is noted), then validated
-on its own; an item that still breaks the schema or a rule that does protect something is
-dropped with its reason, and the valid ones are kept.
+a choice in other case is spelt as the schema does, a field that does not apply to the chosen
+action is cleared; each mend is noted), then validated on its own; an item that still breaks
+the schema or a rule that does protect something is dropped with its reason, and the valid
+ones are kept.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar, get_args
+from typing import Any, ClassVar, Generic, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -130,7 +131,7 @@ def _check(model: type[ReplyModel], raw: Any) -> tuple[str | None, list[str]]:
     """Mend, then validate one item in place; return why it is invalid (or None) and notes."""
     if not isinstance(raw, dict):
         return "expected a JSON object", []
-    notes = _without_nul(raw)
+    notes = _without_nul(raw) + _choices_spelt(model, raw)
     notes += model.mend(raw)
     try:
         model.model_validate(raw)
@@ -165,6 +166,30 @@ def _without_nul(raw: dict[str, Any]) -> list[str]:
     for name, value in raw.items():
         raw[name] = clean(value, name)
     return notes
+
+
+def _choices_spelt(model: type[ReplyModel], raw: dict[str, Any]) -> list[str]:
+    """Spell a choice as the schema does, in place, when the reply wrote it in other case or
+    with spaces ("Event" for "event"); return notes. A server that does not constrain decoding
+    lets a model do so, and the choice it meant is plain."""
+    notes: list[str] = []
+    for name, info in model.model_fields.items():
+        value = raw.get(name)
+        choices = _choices(info.annotation)
+        if not isinstance(value, str) or not choices or value in choices:
+            continue
+        spelt = [c for c in choices if c.lower() == value.strip().lower()]
+        if len(spelt) == 1:
+            raw[name] = spelt[0]
+            notes.append(f"{name} {value!r} read as {spelt[0]!r}")
+    return notes
+
+
+def _choices(annotation: Any) -> tuple[str, ...]:
+    """The strings a ``Literal[...]`` field (or an optional one) allows; () for other fields."""
+    if get_origin(annotation) is Literal:
+        return tuple(a for a in get_args(annotation) if isinstance(a, str))
+    return tuple(c for arg in get_args(annotation) for c in _choices(arg))
 
 
 def _item_model(cls: type[ReplyModel], field: str) -> type[ReplyModel]:

@@ -61,6 +61,22 @@ def test_extractor_nul_characters_are_removed_and_said(world: World) -> None:
     assert parse_export(exported, [str(n) for n in range(len(exported))])[1] == []
 
 
+def test_extractor_choice_in_other_case_is_spelt_as_the_schema_does_and_said(
+    world: World,
+) -> None:
+    log_ids = world.logs(lines())
+    cat = memory("The user adopted a cat named Miso.", log_ids[:2], type_="Event ")
+    world.reply({"memories": [cat, memory("The user owns a yacht.", [log_ids[2]], type_="boat")]})
+
+    world.run("extractor")
+
+    (made,) = world.active()
+    assert made.type == "event"
+    (record,) = world.records()
+    assert record.stats["mended"] == ["extractor: item 0: type 'Event ' read as 'event'"]
+    assert "type" in record.stats["dropped"][0]["reason"]  # no choice of the schema: dropped
+
+
 def test_extractor_memory_over_the_content_limit_is_dropped_and_says_why(world: World) -> None:
     log_ids = world.logs(lines())
     looping = memory("The user likes cats. " * 400, log_ids[:1])  # 8,399 characters, trimmed
