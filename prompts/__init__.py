@@ -13,6 +13,7 @@ ones are kept.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar, get_args, get_origin
 
@@ -110,8 +111,16 @@ class ReplyModel(BaseModel):
 
 
 def clamp(raw: dict[str, Any], name: str, low: float, high: float, notes: list[str]) -> None:
-    """Clamp a numeric field into [low, high] in place, noting it; leave other types alone."""
+    """Clamp a numeric field into [low, high] in place, noting it; leave other types alone.
+
+    Bounds that are whole numbers make it a whole number: a fraction (importance 7.5) is
+    rounded, noted too."""
     value = raw.get(name)
+    whole = isinstance(low, int) and isinstance(high, int)
+    if whole and isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+        raw[name] = round(value)
+        notes.append(f"{name} {value} rounded to {raw[name]}")
+        value = raw[name]
     if isinstance(value, int | float) and not isinstance(value, bool):
         fixed = min(max(value, low), high)
         if fixed != value:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from prompts import PromptError, ReplyModel
 from prompts.auditor_schema import Verdict
+from prompts.extractor_schema import ExtractorReply
 from prompts.linker_schema import LinkerReply
 from prompts.render import _parse, as_data, load, prompt_ids, prompt_record, render, schema_for
 
@@ -283,3 +284,18 @@ def test_linker_reply_referenced_ids_lists_both_ends() -> None:
     )
 
     assert reply.referenced_ids() == {3, 9}
+
+
+def test_extractor_reply_fractional_importance_rounded_and_noted() -> None:
+    item = {"content": "x", "type": "event", "tags": [], "source_log_ids": [1]}
+    text = json.dumps({"memories": [{**item, "importance": 7.5}, {**item, "importance": 12.4}]})
+
+    salvaged = ExtractorReply.salvage(text)
+
+    assert salvaged.reply is not None
+    assert [m.importance for m in salvaged.reply.memories] == [8, 10]
+    assert salvaged.mended == (
+        "item 0: importance 7.5 rounded to 8",
+        "item 1: importance 12.4 rounded to 12",
+        "item 1: importance 12 clamped to 10",
+    )
