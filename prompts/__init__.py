@@ -142,6 +142,9 @@ def _check(model: type[ReplyModel], raw: Any) -> tuple[str | None, list[str]]:
         return "expected a JSON object", []
     notes = _without_nul(raw) + _choices_spelt(model, raw)
     notes += model.mend(raw)
+    blank = [name for name in _non_blank_fields(model) if _blank(raw.get(name))]
+    if blank:
+        return "; ".join(f"{name}: must not be blank" for name in blank), notes
     try:
         model.model_validate(raw)
     except ValidationError as exc:
@@ -152,6 +155,21 @@ def _check(model: type[ReplyModel], raw: Any) -> tuple[str | None, list[str]]:
         )
         return reason, notes
     return None, notes
+
+
+def _non_blank_fields(model: type[ReplyModel]) -> list[str]:
+    """The text fields that must hold a character that is not blank (``NON_BLANK``)."""
+    return [
+        name
+        for name, info in model.model_fields.items()
+        if any(getattr(meta, "pattern", None) == NON_BLANK for meta in info.metadata)
+    ]
+
+
+def _blank(value: Any) -> bool:
+    # The jobs strip what they keep: text the pattern's \S lets through (control characters
+    # such as \x1c, which str.strip() removes) would leave a memory with no content.
+    return isinstance(value, str) and not value.strip()
 
 
 def _without_nul(raw: dict[str, Any]) -> list[str]:

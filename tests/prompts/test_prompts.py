@@ -299,3 +299,17 @@ def test_extractor_reply_fractional_importance_rounded_and_noted() -> None:
         "item 1: importance 12.4 rounded to 12",
         "item 1: importance 12 clamped to 10",
     )
+
+
+@pytest.mark.parametrize("blank", [" ", "\x1c", "\x1f\x1e\t"])
+def test_extractor_reply_content_blank_once_stripped_is_dropped(blank: str) -> None:
+    # \x1c-\x1f pass the schema's \S, but str.strip() (what the job keeps) removes them.
+    item = {"type": "event", "importance": 5, "tags": [], "source_log_ids": [1]}
+    text = json.dumps({"memories": [{**item, "content": blank}, {**item, "content": "kept"}]})
+
+    salvaged = ExtractorReply.salvage(text)
+
+    assert salvaged.reply is not None
+    assert [m.content for m in salvaged.reply.memories] == ["kept"]
+    (dropped,) = salvaged.dropped
+    assert "content" in dropped.reason
