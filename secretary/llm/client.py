@@ -292,13 +292,14 @@ class LlmClient:
     def _usage_of(
         self, litellm: Any, response: Any, prompt_estimate: int, content: str
     ) -> LlmUsage:
-        # Some OpenAI-compatible servers omit usage; estimates keep the budget honest.
+        # Some OpenAI-compatible servers omit usage, or report what cannot be (a negative count
+        # would hand the day's budget tokens back); estimates keep the budget honest.
         usage = getattr(response, "usage", None)
         prompt_tokens = getattr(usage, "prompt_tokens", None)
         completion_tokens = getattr(usage, "completion_tokens", None)
-        if not isinstance(prompt_tokens, int):
+        if not isinstance(prompt_tokens, int) or prompt_tokens < 0:
             prompt_tokens = prompt_estimate
-        if not isinstance(completion_tokens, int):
+        if not isinstance(completion_tokens, int) or completion_tokens < 0:
             completion_tokens = int(litellm.token_counter(model=self.model, text=content))
         return LlmUsage(
             prompt_tokens=prompt_tokens,

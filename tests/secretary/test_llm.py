@@ -100,6 +100,19 @@ def test_complete_valid_reply_returns_value_with_usage(server: ScriptedOpenAISer
     ]
 
 
+def test_complete_negative_usage_counts_the_estimates_instead(
+    server: ScriptedOpenAIServer,
+) -> None:
+    server.enqueue(
+        CHAT_COMPLETIONS, chat_reply(VALID, prompt_tokens=-100_000, completion_tokens=-5)
+    )
+
+    reply = LlmClient(settings_for(server)).complete(prompt(), ConsolidatorReply)
+
+    assert reply.usage.prompt_tokens > 0  # not a refund to the day's budget
+    assert reply.usage.completion_tokens > 0
+
+
 def test_complete_known_model_counts_cost(server: ScriptedOpenAIServer) -> None:
     server.enqueue(CHAT_COMPLETIONS, chat_reply(VALID, prompt_tokens=1000, completion_tokens=100))
 
