@@ -128,6 +128,35 @@ def clamp(raw: dict[str, Any], name: str, low: float, high: float, notes: list[s
             notes.append(f"{name} {value} clamped to {raw[name]}")
 
 
+# What a model may write beside a memory's content (which the writer caps at the store's
+# ingest.max_content_chars): a tag as long as ingest lets a person give one, a relation's
+# description a sentence or two. Longer protects nothing: a tag is dropped, a description cut.
+MAX_TAG_CHARS = 64
+MAX_DESCRIPTION_CHARS = 300
+
+
+def drop_long_tags(raw: dict[str, Any], notes: list[str]) -> None:
+    """Drop the tags longer than MAX_TAG_CHARS from the item's ``tags`` in place, noting it."""
+    tags = raw.get("tags")
+    if not isinstance(tags, list):
+        return
+    long = [tag for tag in tags if isinstance(tag, str) and len(tag.strip()) > MAX_TAG_CHARS]
+    if long:
+        raw["tags"] = [tag for tag in tags if tag not in long]
+        notes.append(f"{len(long)} tag(s) longer than {MAX_TAG_CHARS} characters dropped")
+
+
+def cut(raw: dict[str, Any], name: str, most: int, notes: list[str]) -> None:
+    """Cut a text field to ``most`` characters (at a space when there is one) in place, noting
+    it; leave other types alone."""
+    value = raw.get(name)
+    if not isinstance(value, str) or len(value.strip()) <= most:
+        return
+    text = value.strip()[:most]
+    raw[name] = (text.rsplit(" ", 1)[0] if " " in text[most // 2 :] else text).rstrip()
+    notes.append(f"{name} of {len(value.strip())} characters cut to {len(raw[name])}")
+
+
 def _one_item(cls: type[R], data: Any) -> Salvage[R]:
     problem, notes = _check(cls, data)
     if problem is not None:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from prompts import NON_BLANK, ReplyModel
+from prompts import MAX_DESCRIPTION_CHARS, NON_BLANK, ReplyModel, cut
 
 Action = Literal["keep", "supersede", "merge", "archive"]
 Category = Literal["contradiction", "hallucination", "stale_preference", "duplicate"]
@@ -23,12 +23,14 @@ class Verdict(ReplyModel):
 
     @classmethod
     def mend(cls, raw: dict[str, Any]) -> list[str]:
-        """Clear the fields that do not apply to the chosen action: they change nothing.
+        """Clear the fields that do not apply to the chosen action: they change nothing; cut
+        a reason longer than MAX_DESCRIPTION_CHARS.
 
         What the action needs is still required: a supersede without ``superseded_by`` or a
         merge without ``merge_into`` cannot be applied, and is dropped.
         """
         notes: list[str] = []
+        cut(raw, "reason", MAX_DESCRIPTION_CHARS, notes)  # it goes into the run's record
         action = raw.get("action")
         if action not in _USES:
             return notes

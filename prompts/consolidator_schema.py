@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from prompts import NON_BLANK, ReplyModel, clamp
+from prompts import NON_BLANK, ReplyModel, clamp, drop_long_tags
 
 
 class ConsolidatorReply(ReplyModel):
@@ -20,6 +20,7 @@ class ConsolidatorReply(ReplyModel):
     def mend(cls, raw: dict[str, Any]) -> list[str]:
         notes: list[str] = []
         clamp(raw, "importance", 1, 10, notes)
+        drop_long_tags(raw, notes)
         return notes
 
     def referenced_ids(self) -> set[int]:

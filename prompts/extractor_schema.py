@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from prompts import NON_BLANK, ReplyModel, clamp
+from prompts import NON_BLANK, ReplyModel, clamp, drop_long_tags
 
 MemoryKind = Literal["event", "fact", "preference", "interaction_summary", "tool_experience"]
 
@@ -23,6 +23,7 @@ class ExtractedMemory(ReplyModel):
     def mend(cls, raw: dict[str, Any]) -> list[str]:
         notes: list[str] = []
         clamp(raw, "importance", 1, 10, notes)
+        drop_long_tags(raw, notes)
         return notes
 
 

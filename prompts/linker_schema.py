@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from prompts import NON_BLANK, ReplyModel, clamp
+from prompts import MAX_DESCRIPTION_CHARS, NON_BLANK, ReplyModel, clamp, cut
 
 
 class ProposedRelation(ReplyModel):
@@ -20,6 +20,7 @@ class ProposedRelation(ReplyModel):
     def mend(cls, raw: dict[str, Any]) -> list[str]:
         notes: list[str] = []
         clamp(raw, "strength", 0.0, 1.0, notes)
+        cut(raw, "description", MAX_DESCRIPTION_CHARS, notes)
         return notes
 
     @model_validator(mode="after")

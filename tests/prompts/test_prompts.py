@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from prompts import PromptError, ReplyModel
+from prompts import MAX_DESCRIPTION_CHARS, MAX_TAG_CHARS, PromptError, ReplyModel
 from prompts.auditor_schema import Verdict
 from prompts.extractor_schema import ExtractorReply
 from prompts.linker_schema import LinkerReply
@@ -313,3 +313,25 @@ def test_extractor_reply_content_blank_once_stripped_is_dropped(blank: str) -> N
     assert [m.content for m in salvaged.reply.memories] == ["kept"]
     (dropped,) = salvaged.dropped
     assert "content" in dropped.reason
+
+
+def test_model_text_beside_content_is_bounded_and_noted() -> None:
+    # A tag longer than a person may give one is dropped; a relation's description is cut (at
+    # a space). The rest of each item stands.
+    long_tag = "t" * (MAX_TAG_CHARS + 1)
+    memory = {"content": "x", "type": "event", "importance": 5, "source_log_ids": [1]}
+    text = json.dumps({"memories": [{**memory, "tags": ["kept", long_tag, "also"]}]})
+    relation = {"source_id": 1, "target_id": 2, "type": "causal", "strength": 0.5}
+    words = "because " * 200
+
+    extracted = ExtractorReply.salvage(text)
+    linked = LinkerReply.salvage(json.dumps({"relations": [{**relation, "description": words}]}))
+
+    assert extracted.reply is not None
+    assert extracted.reply.memories[0].tags == ["kept", "also"]
+    assert extracted.mended == (f"item 0: 1 tag(s) longer than {MAX_TAG_CHARS} characters dropped",)
+    assert linked.reply is not None
+    (described,) = [r.description for r in linked.reply.relations]
+    assert len(described) <= MAX_DESCRIPTION_CHARS
+    assert described.endswith("because")
+    assert linked.mended == (f"item 0: description of 1599 characters cut to {len(described)}",)
