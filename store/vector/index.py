@@ -67,6 +67,7 @@ from store.vector.identity import (
     foreign,
     refuse_foreign,
 )
+from store.vector.lru import Lru
 from store.views import MemoryView
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ LIVE, NEXT, OLD = "", "_next", "_old"
 _VERSIONS_PAGE = 5000
 _WRITE_BATCH = 1000  # per write: its max batch (5461) could outlast a 10 s HTTP timeout
 _COLLECTIONS_PAGE = 100
+# Collection handles a process keeps (the namespaces used last); one more is looked up again.
+COLLECTIONS_KEPT = 256
 _FALLBACK_BATCH = 1000  # when the server does not report its max batch size
 
 T = TypeVar("T")
@@ -145,8 +148,9 @@ class VectorIndex:
         # The store whose collections these are (``store_identity``); None: not checked.
         self._store_id = store_id
         self._target = describe_target(client)
-        self._collections: dict[str, Collection] = {}  # saves a lookup per query
-        self._next: dict[str, Collection] = {}  # the collections rebuilds fill
+        # Collection handles, each saving a lookup per query; rebuilds fill the next ones.
+        self._collections: Lru[str, Collection] = Lru(COLLECTIONS_KEPT)
+        self._next: Lru[str, Collection] = Lru(COLLECTIONS_KEPT)
         self._max_batch: int | None = None
         self._owns_client = False  # close() closes only a client that open() made
 
@@ -404,7 +408,7 @@ class VectorIndex:
                     self._cache(slot).pop(namespace, None)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _cache(self, slot: str) -> dict[str, Collection]:
+    def _cache(self, slot: str) -> Lru[str, Collection]:
         return self._collections if slot == LIVE else self._next
 
     def _require(self, namespace: str, slot: str) -> None:

@@ -539,3 +539,19 @@ def test_query_many_answers_what_one_query_each_answers(
     assert [len(hits) for hits in many] == [3, 3, 3]
     assert index.query_many("nobody", vectors, 3) == [[], [], []]
     assert index.query_many("maya", [], 3) == []
+
+
+def test_the_collections_kept_are_bounded_and_an_evicted_one_still_answers(
+    open_index: OpenIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A daemon dreaming 10,000 namespaces kept a collection handle for each; it keeps the
+    # last COLLECTIONS_KEPT used, and one evicted is looked up again when next used.
+    monkeypatch.setattr(vector_index, "COLLECTIONS_KEPT", 3)
+    index = open_index()
+    names = [f"lru-{uuid.uuid4().hex[:8]}-{n}" for n in range(5)]
+    for number, name in enumerate(names):
+        index.upsert(name, [_item(number + 1, f"memory of namespace {number}")])
+
+    assert len(index._collections) == 3  # what the process holds
+    assert [hit.memory_id for hit in _query(index, names[0], "memory of namespace 0")] == [1]
+    assert len(index._collections) == 3
