@@ -65,21 +65,19 @@ NOTES = [
     "(166 transactions committed), litellm 16 ms a call (5 calls) and the rest SQLAlchemy and "
     "the jobs' own Python; in the 100-namespace night the daemon spent 0.64 CPU-seconds per "
     "namespace. No single step dominates, which is why a 1 s model leaves two cores the bound.",
-    "n10000-d1-l1 has not run: preparing its store (2026-12-02, 3b02635; 10,000 namespaces of "
-    "100 memories, one Chroma collection each) stopped at about 485,000 of 1,000,000 vectors "
-    "(about 4,850 collections), when the Chroma server (chromadb 1.5.9) began to answer every "
-    "write with `Error in compaction: Failed to apply logs to the hnsw segment writer`. The "
-    "cause, found 2026-12-03 at 543b69d: the server's open-file limit (20,000 here, not to be "
-    "raised). `chroma run --path` keeps each collection's HNSW index open once used, 4 files "
-    "each, up to 65,536 indexes; a bare server filling collections of 100 vectors failed with "
-    "that error at 4,994 collections (19,980 index files open, 13.9 GB RSS), and at 995 under "
-    "a limit of 4,000; the memory-map count stayed under 500. Started from a config whose "
-    "segment_manager.hnsw_index_pool_cache_config holds at most 4,000 indexes (a fifth of the "
-    "limit; evicted ones close their files), the same server took 10,000 collections with "
-    "15,893 files open and 11.2 GB RSS, and queries to 31 of them afterwards found the right "
-    "nearest neighbour (p50 45 ms for an evicted collection, 12 ms once open, on busy cores). "
-    "bench/fleet.py now starts its Chroma server that way (docs/operations.md); the night "
-    "itself has yet to run.",
+    "n10000-d1-l1 (2026-12-03, 54a6184): 10,000 namespaces of 100 memories (a store prepared in "
+    "35 min: 1,000,000 memories through the API at ~1,600/s, their vectors at ~800/s into one "
+    "Chroma server bounded as docs/operations.md says, 10,000 collections, 11 GB RSS) dreamed "
+    "in 6,984 s by one daemon: every unit once, 0 failed runs, 51,562 calls. The machine was "
+    "98% busy; for about 50 min of the night two QA helpers and a CI run shared the two cores "
+    "(1.3 namespaces/s then, 1.6 alone). Its peak RSS, 917 MiB, grew with the namespaces "
+    "served (526 MiB at 100, 566 at 1,000, 731 at 4,579, about 40 KB each): a third of that "
+    "was a Chroma collection handle kept per namespace, bounded to the last 256 since 74587b0 "
+    "(not rerun); the rest is not found. An hour in, 88,580 of the night's new memories over "
+    "3,471 namespaces waited in the outbox: runs skip the index sync while another holds it, "
+    "and the daemon's worker drains it behind the night (lexical search finds them meanwhile). "
+    "Its bookkeeping was the cheap form of 54a6184 (progress counted in SQL, outcomes stored "
+    "ten times less often than they take).",
 ]
 
 
