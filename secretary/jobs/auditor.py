@@ -198,6 +198,13 @@ class Verdicts:
                 self.conflicts += 1
                 self._reject(item, "the replacing memory belongs to another group")
                 continue
+            if (
+                verdict.action == "supersede"
+                and other is not None
+                and _older(views, other, verdict.id)
+            ):
+                self._reject(item, f"the replacing memory #{other} is older than #{verdict.id}")
+                continue
             if not self._free(verdict.id, other, verdict.action == "merge"):
                 self.conflicts += 1
                 self._reject(item, "an earlier verdict of this run already retired or kept one")
@@ -237,6 +244,12 @@ def _torn(verdicts: Iterable[Verdict]) -> set[int]:
     for v in verdicts:
         said.setdefault(v.id, set()).add((v.action, v.superseded_by or v.merge_into))
     return {memory_id for memory_id, verdicts in said.items() if len(verdicts) > 1}
+
+
+def _older(views: Mapping[int, MemoryView], replacing: int, replaced: int) -> bool:
+    """Whether the memory a verdict would put in another's place happened before it: the
+    prompt asks for the newer one, so the reply has them the wrong way round."""
+    return views[replacing].event_time < views[replaced].event_time
 
 
 def _ids(ids: Iterable[int]) -> str:

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from itertools import pairwise
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -262,7 +263,8 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
         answered: list[tuple[Call[G], Any]] = []
         for call in calls:
             try:
-                reply = ctx.llm.ask(self.prompt(ctx, work, call), self.reply_schema)
+                prompt = self.prompt(ctx, work, call)
+                reply = ctx.llm.ask(prompt, self.reply_schema, partial(self.unusable, call))
             except BudgetExhausted as exc:
                 logger.warning("{}: stopping after {} call(s): {}", self.name, len(answered), exc)
                 draft.stopped = f"budget exhausted: {exc}"
@@ -323,6 +325,12 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
 
     @abstractmethod
     def prompt(self, ctx: JobContext, work: W, call: Call[G]) -> RenderedPrompt: ...
+
+    def unusable(self, call: Call[G], reply: Any) -> str | None:
+        """Why a valid reply cannot be used at all, by a rule its schema cannot express (it is
+        sent back once for repair, saying so); None if it can. By default every valid reply can:
+        items naming what was not sent are dropped one by one in ``collect``."""
+        return None
 
     @abstractmethod
     def collect(

@@ -15,7 +15,7 @@ from prompts import ReplyModel
 from prompts.render import RenderedPrompt, prompt_record
 from secretary.jobs.settings import GuardrailSettings, JobsSettings
 from secretary.llm.budget import Budget
-from secretary.llm.client import LlmClient
+from secretary.llm.client import Check, LlmClient
 from secretary.llm.errors import BudgetExhausted, LlmError, LlmInvalidReply
 from secretary.llm.usage import LlmUsage
 
@@ -69,15 +69,16 @@ class LlmCalls:
     def prompts(self) -> list[dict[str, Any]]:
         return list(self._prompts.values())
 
-    def ask(self, prompt: RenderedPrompt, schema: type[T]) -> T:
-        """Send one prompt; return its validated reply. Raise RunLimitReached at the call cap."""
+    def ask(self, prompt: RenderedPrompt, schema: type[T], check: Check[T] | None = None) -> T:
+        """Send one prompt; return its validated reply (``check``: see ``LlmClient.complete``).
+        Raise RunLimitReached at the call cap."""
         if self._client is None:
             raise RuntimeError("LlmCalls.ask without a client; check .available first")
         if self.calls >= self._max_calls:
             raise RunLimitReached(self._max_calls)
         self._before_call()
         try:
-            reply = self._client.complete(prompt, schema, budget=self._budget)
+            reply = self._client.complete(prompt, schema, budget=self._budget, check=check)
         except BudgetExhausted:
             raise  # refused before anything was sent: not a call
         except LlmError as exc:

@@ -8,7 +8,7 @@ watermark moves only over batches whose reply was used, so nothing is read twice
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prompts.extractor_schema import ExtractedMemory, ExtractorReply
@@ -72,6 +72,35 @@ def memory_ops(
     return create, sorted(unknown)
 
 
+def once(creates: Sequence[CreateMemory], draft: Draft) -> list[CreateMemory]:
+    """The memories with the same text said once: a memory a reply gives twice (in one call
+    or two) is one memory, citing the lines of both, at the earlier one's time and session,
+    with the higher importance and the tags of both; each repetition is noted as left out."""
+    kept: dict[str, CreateMemory] = {}
+    for create in creates:
+        text = content_hash(create.content)
+        first = kept.get(text)
+        if first is None:
+            kept[text] = create
+            continue
+        draft.reject(f"memory {create.content[:60]!r}", "said again in the reply: kept once")
+        earlier = min(first, create, key=lambda c: c.event_time)
+        kept[text] = replace(
+            first,
+            event_time=earlier.event_time,
+            session_id=earlier.session_id,
+            importance=max(first.importance, create.importance),
+            tags=tidy_tags((*first.tags, *create.tags)),
+            metadata={
+                **first.metadata,
+                "source_log_ids": sorted(
+                    {*first.metadata["source_log_ids"], *create.metadata["source_log_ids"]}
+                ),
+            },
+        )
+    return list(kept.values())
+
+
 @dataclass
 class Extracted:
     creates: list[CreateMemory] = field(default_factory=list)
@@ -109,6 +138,21 @@ class Extractor(WatermarkJob[LogView, Extracted, Lines, ExtractorReply]):
     def prompt(self, ctx: JobContext, work: Extracted, call: Call[Lines]) -> RenderedPrompt:
         return render(self.prompt_id, today=ctx.now.date(), lines=lines_for_prompt(call.about))
 
+    def unusable(self, call: Call[Lines], reply: ExtractorReply) -> str | None:
+        # Memories none of which cites a line that was sent (a model numbering the lines 1, 2,
+        # 3... instead of by their ids, say) would be dropped to the last one and the lines
+        # passed by as if they held nothing: such a reply is sent back for repair, and failing
+        # that the lines wait (and a batch that keeps failing is quarantined).
+        sent = set(call.ids)
+        if not reply.memories or any(sent & set(m.source_log_ids) for m in reply.memories):
+            return None
+        cited = sorted({i for m in reply.memories for i in m.source_log_ids})
+        return (
+            f"none of the {len(reply.memories)} memories cites a line that was sent (they cite "
+            f"{_listed(cited)}): source_log_ids must be the ids of the lines given, "
+            f"{_listed(sorted(sent))}"
+        )
+
     def collect(
         self,
         ctx: JobContext,
@@ -138,12 +182,13 @@ class Extractor(WatermarkJob[LogView, Extracted, Lines, ExtractorReply]):
         draft: Draft,
         answered: Sequence[tuple[Call[Lines], Any]],
     ) -> None:
-        hashes = [content_hash(c.content) for c in work.creates]
+        creates = once(work.creates, draft)
+        hashes = [content_hash(c.content) for c in creates]
         present = {
             m.content_hash
             for m in ctx.db.memories.with_hashes(ctx.namespace, hashes, active_only=False)
         }
-        fresh = [c for c in work.creates if content_hash(c.content) not in present]
+        fresh = [c for c in creates if content_hash(c.content) not in present]
         draft.changes.extend(
             Change(label=f"extract {list(c.metadata['source_log_ids'])}", operations=(c,))
             for c in fresh
@@ -151,6 +196,13 @@ class Extractor(WatermarkJob[LogView, Extracted, Lines, ExtractorReply]):
         draft.stats.update(
             logs_read=sum(len(call.ids) for call, _ in answered),
             memories=len(fresh),
-            already_present=len(work.creates) - len(fresh),
+            already_present=len(creates) - len(fresh),
             uncited_memories=work.uncited,
         )
+
+
+def _listed(ids: Sequence[int], shown: int = 12) -> str:
+    """Ids for a repair message: all of a few, else the first ones and how many more."""
+    if len(ids) <= shown:
+        return ", ".join(map(str, ids)) or "none"
+    return ", ".join(map(str, ids[:shown])) + f" and {len(ids) - shown} more"

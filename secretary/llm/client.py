@@ -19,6 +19,7 @@ lost connection may have been processed, and no reply came). A transient failure
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -46,6 +47,8 @@ if TYPE_CHECKING:  # the throttle's module opens the store: only the runner brin
     from secretary.llm.throttle import Throttle, Ticket
 
 T = TypeVar("T", bound=ReplyModel)
+# A caller's rule over a whole valid reply: why it cannot be used, or None if it can.
+Check = Callable[[T], str | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,13 +111,20 @@ class LlmClient:
         return self._settings.model
 
     def complete(
-        self, prompt: RenderedPrompt, schema: type[T], *, budget: Budget | None = None
+        self,
+        prompt: RenderedPrompt,
+        schema: type[T],
+        *,
+        budget: Budget | None = None,
+        check: Check[T] | None = None,
     ) -> LlmReply[T]:
         """Given a rendered prompt and its response model, return the reply's valid items.
 
         The reply is checked item by item (``ReplyModel.salvage``): invalid items are dropped
         and listed in the reply, the valid ones kept. Only a reply with nothing usable (not
-        JSON, not the expected shape, or every item invalid) is sent back once for repair.
+        JSON, not the expected shape, or every item invalid) is sent back once for repair; so
+        is one that ``check`` (a rule of the caller's that a schema cannot express, such as
+        "cite the lines you were sent") finds unusable as a whole, saying why.
         Raise LlmNotConfigured without a model, BudgetExhausted before a call the budget cannot
         afford, LlmCallFailed if the provider refuses or transient failures outlast the retry
         bound, LlmInvalidReply if the repaired reply still has nothing usable, and the
@@ -124,7 +134,7 @@ class LlmClient:
             raise LlmNotConfigured()
         messages = [message.as_dict() for message in prompt.messages]
         first = self._exchange(prompt, messages, schema, budget)
-        salvaged = schema.salvage(_strip_code_fence(first.content))
+        salvaged = _checked(schema.salvage(_strip_code_fence(first.content)), check)
         if salvaged.reply is not None:
             return self._reply(salvaged, [first], (prompt,))
         problems = salvaged.problems()
@@ -138,7 +148,7 @@ class LlmClient:
         messages.append({"role": "assistant", "content": first.content})
         messages.extend(message.as_dict() for message in repair.messages)
         second = self._exchange(prompt, messages, schema, budget)
-        repaired = schema.salvage(_strip_code_fence(second.content))
+        repaired = _checked(schema.salvage(_strip_code_fence(second.content)), check)
         if repaired.reply is None:
             raise LlmInvalidReply(
                 prompt_id=prompt.id,
@@ -317,6 +327,16 @@ def _failed_attempt_tokens(exc: BaseException, prompt_estimate: int) -> int:
     status = getattr(exc, "status_code", None)
     refused = isinstance(exc, openai.APIStatusError) and isinstance(status, int) and status < 500
     return 0 if refused else prompt_estimate
+
+
+def _checked(salvaged: Salvage[T], check: Check[T] | None) -> Salvage[T]:
+    """The salvaged reply, or none if ``check`` finds it unusable as a whole (saying why)."""
+    if salvaged.reply is None or check is None:
+        return salvaged
+    problem = check(salvaged.reply)
+    if problem is None:
+        return salvaged
+    return Salvage(reply=None, dropped=(Dropped(index=None, item="", reason=problem),))
 
 
 def _strip_code_fence(content: str) -> str:

@@ -27,7 +27,7 @@ PINNED = {
     "consolidator": (2, "37c1fa1d5798e57f309987e8d640dd4cfdf8a49189e80d58a79a44bc925ab574"),
     "extractor": (2, "3388cabdc604bd5aae246a1021d0f4ac69228e03eb01ec03e6f87ab4eff99a67"),
     "linker": (2, "7c4ac44f5860534a34ff2740cc2654da60df9de3934254158e573231e8dc00b4"),
-    "repair": (1, "592426d2c3b3f776b62dea306b74b320c5883b4e1e188be0d89b30a6df090dda"),
+    "repair": (2, "4c55c81d79ae15a505ca80a8a86063648d57973490a770462bc5b1692401e08e"),
     "soul_mapper": (2, "ed9fd5a5a85a87bffc013d945ec4e774218c73c5a33793fdbcd9345892c227a3"),
 }
 

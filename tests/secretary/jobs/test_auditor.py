@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from store.shapes.records import dropped_items, dropped_total
 from tests.helpers.openai_server import CHAT_COMPLETIONS, ReceivedRequest, ScriptedReply, chat_reply
 from tests.secretary.jobs.conftest import DAY, HOUR, NOW, NS, World
 
@@ -151,6 +152,48 @@ def test_auditor_contradiction_supersedes_older_memory(world: World) -> None:
     assert (new, move, "associative") in world.edges(new)  # the old memory's relation passed on
     assert outcome.stats["dropped_ids"] == [999]
     assert outcome.stats["verdicts"][0]["category"] == "contradiction"
+
+
+def test_auditor_reply_dropping_every_verdict_says_so_not_nothing_to_do(world: World) -> None:
+    old, new = paris_and_lyon(world)
+    world.reply(
+        {
+            "verdicts": [
+                verdict(old, "supersede", superseded_by=4242),
+                verdict(4243, "archive", category="hallucination"),
+            ]
+        }
+    )
+
+    outcome = world.run("auditor")
+
+    assert {m.id for m in world.active()} == {old, new}
+    assert outcome.status == "nothing"
+    assert outcome.message.endswith(
+        "applied nothing; dropped 4 items (2 ids the model was not sent); 1 LLM call, 11 tokens"
+    )
+    assert world.health("auditor")["last"]["message"] == outcome.message  # what status shows
+    # The same count as its records' (records list, the console): 2 verdicts, 2 ids.
+    assert sum(dropped_total(record.stats) for record in world.records()) == 4
+
+
+def test_auditor_supersede_by_an_older_memory_is_dropped(world: World) -> None:
+    """The prompt asks for the newer memory that replaces a stale one: a reply the other way
+    round would retire the up-to-date fact for the stale one."""
+    old, new = paris_and_lyon(world)
+    world.reply({"verdicts": [verdict(new, "supersede", superseded_by=old)]})
+
+    outcome = world.run("auditor")
+
+    assert {m.id for m in world.active()} == {old, new}
+    record = world.records()[-1]  # the model's part
+    assert dropped_items(record.stats) == [
+        {
+            "item": f"supersede #{new} into #{old}",
+            "reason": f"the replacing memory #{old} is older than #{new}",
+        }
+    ]
+    assert outcome.status == "nothing"
 
 
 def test_auditor_second_cycle_with_nothing_new_makes_no_llm_call(world: World) -> None:

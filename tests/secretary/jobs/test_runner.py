@@ -11,7 +11,7 @@ from secretary.jobs.extractor import Extractor
 from secretary.jobs.registry import JOBS, UnknownJob
 from secretary.llm.budget import TokenLedger
 from secretary.runner import run_job
-from store.shapes.records import dropped_total
+from store.shapes.records import dropped_items
 from tests.helpers.db_faults import cut
 from tests.helpers.openai_server import CHAT_COMPLETIONS, chat_reply, error_reply
 from tests.secretary.jobs.conftest import HOUR, NOW, World
@@ -350,26 +350,64 @@ def test_a_two_part_run_names_each_part_with_its_record(world: World) -> None:
 # -- what a run's message says -----------------------------------------------------------------
 
 
-def test_run_job_that_drops_every_item_says_so_not_nothing_to_do(world: World) -> None:
-    three_logs(world)
-    invented = {
-        **GOOD["memories"][0],
-        "content": "The user owns a horse.",
-        "source_log_ids": [4242],
-    }
-    world.reply({"memories": [invented, {**invented, "content": "And a goat."}]})
+def test_extractor_reply_citing_no_line_it_was_sent_is_repaired(world: World) -> None:
+    """A model numbering the lines itself (0, 1, 2 for ids 1, 2, 3) would have every memory
+    dropped and the lines passed by as if they held nothing: the reply is sent back instead."""
+    lines = three_logs(world)
+    renumbered = {"memories": [{**GOOD["memories"][0], "source_log_ids": [0]}]}
+    world.reply(renumbered, GOOD)
 
     outcome = world.run("extractor")
 
-    assert world.active() == []
-    assert outcome.status == "nothing"
-    assert outcome.message == (
-        "applied nothing; dropped 3 items (1 id the model was not sent); 1 LLM call, 11 tokens"
+    assert outcome.status == "applied"
+    (memory,) = world.active()
+    assert memory.metadata["source_log_ids"] == [lines[0]]
+    repair = world.llm_requests[-1]["messages"][-1]["content"]
+    assert "none of the 1 memories cites a line that was sent (they cite 0)" in repair
+    assert f"the ids of the lines given, {lines[0]}, {lines[1]}, {lines[2]}" in repair
+
+
+def test_extractor_reply_citing_no_line_after_its_repair_fails_and_keeps_the_lines(
+    world: World,
+) -> None:
+    three_logs(world)
+    invented = {"memories": [{**GOOD["memories"][0], "source_log_ids": [4242]}]}
+    world.reply(invented, invented)
+
+    outcome = world.run("extractor")
+
+    assert outcome.status == "failed"
+    assert "cites a line that was sent" in outcome.message
+    assert_failed_and_nothing_applied(world, "cites a line that was sent")
+    world.reply(GOOD)  # the lines wait for the next run
+    assert world.run("extractor", now=NOW + HOUR).status == "applied"
+    assert [m.content for m in world.active()] == [GOOD["memories"][0]["content"]]
+
+
+def test_extractor_memory_said_twice_is_one_memory_citing_both_lines(world: World) -> None:
+    lines = three_logs(world)
+    said = GOOD["memories"][0]
+    world.reply(
+        {
+            "memories": [
+                {**said, "source_log_ids": [lines[1]], "importance": 4, "tags": ["cat"]},
+                {**said, "source_log_ids": [lines[0]], "importance": 7, "tags": ["pet"]},
+            ]
+        }
     )
-    assert world.health("extractor")["last"]["message"] == outcome.message  # what status shows
-    # The same count as its record's (records list, the console): 2 invalid items, 1 id.
+
+    outcome = world.run("extractor")
+
+    (memory,) = world.active()
+    assert memory.metadata["source_log_ids"] == [lines[0], lines[1]]
+    assert memory.event_time == world.store.db.work.logs("maya", [lines[0]])[0].timestamp
+    assert (memory.importance, memory.tags) == (7, ("cat", "pet"))
     (record,) = world.records()
-    assert dropped_total(record.stats) == 3
+    assert record.stats["memories"] == 1
+    assert dropped_items(record.stats) == [
+        {"item": f"memory {said['content']!r}", "reason": "said again in the reply: kept once"}
+    ]
+    assert outcome.status == "applied"
 
 
 def test_run_job_applied_says_changes_in_the_singular_and_what_it_spent(world: World) -> None:
