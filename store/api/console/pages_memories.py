@@ -27,6 +27,7 @@ from store.api.console.web import (
     viewer,
 )
 from store.api.deps import MemoryId
+from store.changes import plural
 from store.errors import NotFound, ValidationFailed
 from store.listing import list_memories, list_request
 from store.requests import search_request
@@ -327,5 +328,6 @@ async def forget(request: Request, namespace: str, memory_id: MemoryId) -> Respo
         )
     except NotFound:
         raise PageNotFound(f"memory {memory_id} does not exist") from None
-    told = f"forgot {len(result.plan.memories)} memory(ies) for good (record #{result.record_id})"
+    forgot = plural(len(result.plan.memories), "memory", "memories")
+    told = f"forgot {forgot} for good (record #{result.record_id})"
     return see_other_saying(request, "/ui/memories", told, namespace=namespace)

@@ -105,12 +105,14 @@ def _run_row(record: RecordView, changes: dict[str, int]) -> dict[str, Any]:
     changed = {kind: n for kind, n in changes.items() if n}
     dropped = len(dropped_items(record.stats))
     quarantined = len(quarantined_ids(record.stats))
+    said, badge = summary(record, changed), outcome_badge(record, changed, dropped)
     return {
         "record": record,
         "duration": duration_seconds(record),
         "changes": changed,
-        "summary": summary(record, changed),
-        "outcome": outcome_badge(record, changed, dropped),
+        "summary": said,
+        "beside_badge": _beside(badge[0], said, dropped, quarantined),
+        "outcome": badge,
         "tokens": record.tokens_in + record.tokens_out,
         "dropped": dropped,
         "quarantined": quarantined,
@@ -118,6 +120,18 @@ def _run_row(record: RecordView, changes: dict[str, int]) -> dict[str, Any]:
         "bad": record.status in ("failed", "refused") or record.error is not None,
         "warn": bool(quarantined) or (dropped and not changed),
     }
+
+
+def _beside(badge: str, said: str, dropped: int, quarantined: int) -> str:
+    """What a run page says after the outcome's badge: what the summary adds to it ("erased"
+    then "1 memory (#59)", not "erased erased 1 memory"; nothing after "no changes"), then
+    what was dropped and quarantined."""
+    parts = [
+        said.removeprefix(badge).lstrip(),
+        f"dropped {plural(dropped, 'item')}" if dropped else "",
+        f"quarantined {plural(quarantined, 'item')}" if quarantined else "",
+    ]
+    return "; ".join(part for part in parts if part)
 
 
 def _record(request: Request, record_id: int) -> tuple[RecordView, list[OperationView]]:

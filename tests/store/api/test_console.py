@@ -484,6 +484,7 @@ def test_console_forget_asks_twice(open_: Store) -> None:
     assert unconfirmed.headers["location"].endswith("/forget")
     assert still is not None
     assert confirmed.status_code == 303
+    assert "said=forgot+1+memory+for+good" in confirmed.headers["location"]
     assert open_.db.memories.get("a", tea) is None
     assert gone.status_code == 404
 

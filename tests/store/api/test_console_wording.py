@@ -45,9 +45,7 @@ def test_console_run_that_dropped_all_it_got_is_a_warning_not_applied(tmp_path: 
     assert 'class="badge applied"' not in row
     assert "827 /" in row  # tokens
     assert "10 / 0" in row  # dropped / quarantined
-    assert (
-        '<span class="badge warn">applied nothing</span> applied nothing; dropped 10 items' in run
-    )
+    assert '<span class="badge warn">applied nothing</span> dropped 10 items</dd>' in run
 
 
 def test_console_change_chips_read_as_words(tmp_path: Path) -> None:
@@ -167,3 +165,18 @@ def test_console_run_with_a_memory_since_forgotten_says_its_text_is_not_kept(
     ends = run.split('class="entry kind-relations_created"')[1].split('class="entry ')[0]
     assert f"#{ids[1]}</a> (text not kept: purged or forgotten)" in ends
     assert "None" not in ends
+
+
+def test_console_forget_run_says_what_it_erased_once(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "open")
+    try:
+        first = min(store.db.memories.index_state("a"))
+        forgot = store.forget("a", ForgetSelection(ids=(first,)), now=NOW, by="test")
+        with TestClient(create_app(store, clock=lambda: NOW, start_workers=False)) as web:
+            run = web.get(f"/ui/runs/{forgot.record_id}").text
+    finally:
+        store.close()
+    outcome = run.split("<dt>Outcome</dt>")[1].split("</dd>")[0]
+    assert outcome == (
+        f'<dd><span class="badge erased">erased</span> 1 memory (#{first}); 1 relinked'
+    )
