@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, select, tuple_
 from sqlalchemy.orm import Session
 
+from store.clock import ensure_utc
 from store.db import chunks
 from store.errors import NotFound
 from store.images import CONTENT_FIELDS, log_image, memory_image, relation_image
@@ -139,8 +140,10 @@ class UnitOfWork:
         if pending is None or pending.status not in settlement.pending:
             raise NotFound("pending record", settlement.record_id)
         pending.status = settlement.status.value
-        pending.finished_at = self.now
-        pending.stats = {**(pending.stats or {}), **settlement.note}
+        # Its finished_at stays the planning run's end, so its duration is the run's, not the
+        # time it waited for a decision; when it was decided is said beside it.
+        decided = {"decided_at": ensure_utc(self.now).isoformat()}
+        pending.stats = {**(pending.stats or {}), **settlement.note, **decided}
         return pending
 
     def save_job_state(self, job: str, state: Mapping[str, Any]) -> None:

@@ -14,10 +14,13 @@ from store.changes import counted, label, plural
 from store.shapes.diff import NOT_KEPT
 
 
-def when(moment: datetime | None) -> str:
-    """A time as the pages show it: UTC, to the minute."""
+def when(moment: datetime | str | None) -> str:
+    """A time as the pages show it: UTC, to the minute (an ISO 8601 string too, as stats keep
+    them)."""
     if moment is None:
         return "-"
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 

@@ -48,6 +48,10 @@ def test_approval_plan_waits_until_approved(world: World) -> None:
     assert (merged.status, merged.replaced_by_id) == ("merged", keeper)
     record, _ = world.store.db.records.get(pending.record_id)
     assert (record.status, record.stats["applied_as"]) == ("applied", approved.record_id)
+    # Its duration is the planning run's, not the wait; when it was decided is said beside it.
+    assert record.finished_at is not None
+    assert record.finished_at < LATER
+    assert record.stats["decided_at"] == LATER.isoformat()
     assert world.store.db.work.job_state("auditor", "maya")["exact_watermark"] == twin
     assert pending_plans(world.store.db) == []
     assert world.run("auditor", now=LATER).status == "nothing"

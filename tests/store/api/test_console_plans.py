@@ -123,3 +123,15 @@ def test_status_tells_a_planned_last_run_as_its_plan_was_decided(
     assert last["record"] == plan
     row = status.split('<td data-label="Job">auditor</td>')[1].split("</tr>")[0]
     assert "planned" not in row
+
+
+def test_console_approved_plan_takes_its_planning_time_and_says_when_it_was_approved(
+    store: Store,
+) -> None:
+    plan = _plan(store)  # planned an hour before the console's NOW
+    with _client(store) as web:
+        assert _decide(web, plan, "approve", _token(web))[0] == 200
+        page = web.get(f"/ui/runs/{plan}").text
+    took = page.split("took ")[1].split("<")[0]
+    assert took.endswith(" s")  # the run's seconds, not the hour it waited (60.0 min)
+    assert "<dt>Approved</dt><dd>2026-11-24 06:00 UTC: its changes were applied as run" in page
