@@ -31,7 +31,7 @@ from prompts import Dropped, ReplyModel, Salvage
 from prompts.render import RenderedPrompt, prompt_record, render
 from secretary.llm.budget import Budget
 from secretary.llm.errors import LlmCallFailed, LlmInvalidReply, LlmNotConfigured
-from secretary.llm.provider import import_litellm, provider_errors
+from secretary.llm.provider import import_litellm, provider_errors, require_choice
 from secretary.llm.retrying import (
     StopAfterFailures,
     WaitAtLeastRetryAfter,
@@ -42,6 +42,7 @@ from secretary.llm.retrying import (
 )
 from secretary.llm.settings import LlmSettings
 from secretary.llm.usage import LlmUsage
+from store.changes import plural
 
 if TYPE_CHECKING:  # the throttle's module opens the store: only the runner brings one
     from secretary.llm.throttle import Throttle, Ticket
@@ -201,13 +202,13 @@ class LlmClient:
         if self._throttle is not None and ticket is not None:
             self._throttle.settle(ticket, usage.total_tokens)
         logger.info(
-            "LLM {} v{} via {}: {} prompt + {} completion tokens, {} attempt(s)",
+            "LLM {} v{} via {}: {} prompt + {} completion tokens, {}",
             prompt.id,
             prompt.version,
             self.model,
             usage.prompt_tokens,
             usage.completion_tokens,
-            attempts,
+            plural(attempts, "attempt"),
         )
         return _Exchange(content=content, usage=usage, attempts=attempts)
 
@@ -226,10 +227,10 @@ class LlmClient:
 
         def attempt(**request: Any) -> Any:
             if self._throttle is None:
-                return litellm.completion(**request)
+                return require_choice(litellm.completion(**request))
             ticket = self._throttle.acquire(prompt_estimate + settings.max_reply_tokens)
             try:
-                response = litellm.completion(**request)
+                response = require_choice(litellm.completion(**request))
             except Exception as exc:
                 self._after_failure(self._throttle, ticket, exc, prompt_estimate)
                 raise
@@ -269,11 +270,11 @@ class LlmClient:
             attempts = int(retrying.statistics.get("attempt_number", 1))
             seconds = float(retrying.statistics.get("delay_since_first_attempt", 0.0))
             logger.warning(
-                "LLM {} v{} via {}: giving up after {} attempt(s): {}: {}",
+                "LLM {} v{} via {}: giving up after {}: {}: {}",
                 prompt.id,
                 prompt.version,
                 self.model,
-                attempts,
+                plural(attempts, "attempt"),
                 type(exc).__name__,
                 exc,
             )
@@ -353,8 +354,9 @@ def _strip_code_fence(content: str) -> str:
 
 
 def _content_of(response: Any) -> str:
-    # A reply without text (no choices, a refusal, a tool call) is simply an invalid reply; a
-    # refusal says so, in the words the model gave (they go into the record and the repair).
+    # A reply without text (a refusal, a tool call) is simply an invalid reply (one without
+    # choices never gets here: see ``require_choice``); a refusal says so, in the words the
+    # model gave (they go into the record and the repair).
     try:
         message = response.choices[0].message
     except (AttributeError, IndexError, TypeError):

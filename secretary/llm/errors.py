@@ -6,6 +6,7 @@ A job that gets one stops cleanly: the job boundary records the failed run.
 from __future__ import annotations
 
 from secretary.llm.usage import LlmUsage
+from store.changes import plural
 from store.errors import SecretaryError
 
 
@@ -60,8 +61,9 @@ class LlmCallFailed(LlmError):
         # Providers' messages often end in a full stop ("Request timed out."): one is enough.
         said = str(cause).rstrip().rstrip(".") if fix or wait else str(cause)
         super().__init__(
-            f"LLM call for prompt {prompt_id!r} to model {model!r} failed after {attempts}"
-            f" attempt(s) in {seconds:.1f}s: {type(cause).__name__}: {said}{wait}{fix}"
+            f"LLM call for prompt {prompt_id!r} to model {model!r} failed after"
+            f" {plural(attempts, 'attempt')} in {seconds:.1f} s: {type(cause).__name__}: {said}"
+            f"{wait}{fix}"
         )
 
 

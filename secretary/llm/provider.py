@@ -8,13 +8,32 @@ import warnings
 from typing import Any
 
 
+class NoChoices(Exception):
+    """A provider (or a proxy before it) answered 200 with no choices: nothing was generated.
+
+    Nothing in it says the request was at fault; it is retried, and fails the call, as a 502.
+    """
+
+    status_code = 502
+
+    def __init__(self) -> None:
+        super().__init__("the provider answered 200 with no choices (nothing was generated)")
+
+
 def provider_errors() -> tuple[type[Exception], ...]:
     """Exceptions a litellm call raises for provider and HTTP failures."""
     import httpx
     import openai
 
     # Every litellm.exceptions class that reports a provider failure derives from openai's.
-    return (openai.OpenAIError, httpx.HTTPError)
+    return (openai.OpenAIError, httpx.HTTPError, NoChoices)
+
+
+def require_choice(response: Any) -> Any:
+    """The response if it holds a choice; raise NoChoices if it holds none."""
+    if not getattr(response, "choices", None):
+        raise NoChoices()
+    return response
 
 
 def import_litellm() -> Any:

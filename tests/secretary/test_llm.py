@@ -188,8 +188,6 @@ def test_complete_malformed_json_then_repair_succeeds(server: ScriptedOpenAIServ
 def _refusal(words: str | None) -> ScriptedReply:
     body = chat_completion_body("")
     body["choices"][0]["message"] = {"role": "assistant", "content": None, "refusal": words}
-    if words is None:
-        body["choices"] = []
     return ScriptedReply(body=body)
 
 
@@ -203,7 +201,7 @@ def _refusal(words: str | None) -> ScriptedReply:
         (chat_reply("Sorry, as an AI I cannot judge memories."), "not JSON: the reply says"),
         (_refusal(None), "the reply holds no text"),
     ],
-    ids=["refusal", "words", "no-choices"],
+    ids=["refusal", "words", "no-text"],
 )
 def test_complete_reply_without_json_says_what_it_said(
     server: ScriptedOpenAIServer, reply: ScriptedReply, said: str
@@ -215,6 +213,20 @@ def test_complete_reply_without_json_says_what_it_said(
 
     assert said in str(caught.value)
     assert said in chat_requests(server)[1]["messages"][-1]["content"]  # the repair says it too
+
+
+def test_complete_answers_without_choices_are_retried_then_fail_as_the_providers(
+    server: ScriptedOpenAIServer,
+) -> None:
+    empty = chat_completion_body("") | {"choices": []}
+    server.enqueue(CHAT_COMPLETIONS, *[ScriptedReply(body=empty)] * 3)
+
+    with pytest.raises(LlmCallFailed, match="after 3 attempts") as caught:
+        LlmClient(settings_for(server)).complete(prompt(), ConsolidatorReply)
+
+    assert "answered 200 with no choices" in str(caught.value)
+    assert not caught.value.items_at_fault  # nothing says the prompt was at fault
+    assert len(chat_requests(server)) == 3
 
 
 def test_complete_schema_violation_twice_raises_invalid_reply(
@@ -283,7 +295,7 @@ def test_complete_timeouts_exhaust_attempts_raise_call_failed(
     server.set_default(CHAT_COMPLETIONS, chat_reply(VALID, delay=5.0))
     started = time.monotonic()
 
-    with pytest.raises(LlmCallFailed, match=r"after 2 attempt\(s\).*Timeout") as caught:
+    with pytest.raises(LlmCallFailed, match=r"after 2 attempts.*Timeout") as caught:
         client.complete(prompt(), ConsolidatorReply)
 
     assert caught.value.attempts == 2
@@ -440,7 +452,7 @@ def test_failures_that_are_not_rate_limits_still_stop_at_max_attempts(
     )
     server.set_default(CHAT_COMPLETIONS, chat_reply(VALID))
 
-    with pytest.raises(LlmCallFailed, match=r"after 4 attempt\(s\)"):
+    with pytest.raises(LlmCallFailed, match=r"after 4 attempts"):
         LlmClient(settings_for(server, max_attempts=2)).complete(prompt(), ConsolidatorReply)
 
     assert len(chat_requests(server)) == 4  # two 503s are two failures; the 429s did not count
@@ -452,7 +464,7 @@ def test_a_used_up_quota_is_no_rate_limit_and_fails_at_max_attempts(
     quota = "You exceeded your current quota, please check your plan and billing details."
     server.set_default(CHAT_COMPLETIONS, error_reply(429, quota))
 
-    with pytest.raises(LlmCallFailed, match=r"after 2 attempt\(s\)") as caught:
+    with pytest.raises(LlmCallFailed, match=r"after 2 attempts") as caught:
         LlmClient(settings_for(server, max_attempts=2)).complete(prompt(), ConsolidatorReply)
 
     assert len(chat_requests(server)) == 2

@@ -5,6 +5,7 @@ Through litellm against the scripted server; time is an input (``now``), never s
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -106,6 +107,34 @@ def test_a_model_server_failing_quarantines_nothing(world: World) -> None:
     world.reply(GOOD)  # the server is back: the run sends the same lines again
     world.run("extractor", now=NOW + 3 * MINUTE)
     assert f'"id":{log_ids[0]}' in world.llm_requests[sent]["messages"][-1]["content"]
+
+
+def no_choices() -> ScriptedReply:
+    """A 200 answer that generated nothing, as some providers and proxies send one."""
+    body = {"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": []}
+    return ScriptedReply(body=body | {"usage": {"prompt_tokens": 3, "total_tokens": 3}})
+
+
+def test_answers_without_choices_are_retried_and_quarantine_nothing(world: World) -> None:
+    # A provider answering 200 with nothing generated said nothing of the lines: the call is
+    # retried, and a run whose every attempt got such an answer backs off like a 502.
+    log_ids = three_logs(world)
+    world.configure(jobs={"failure_backoff_minutes": 0})
+    world.server.enqueue(CHAT_COMPLETIONS, no_choices(), chat_reply(json.dumps(GOOD)))
+
+    recovered = world.run("extractor")
+
+    assert recovered.status == "applied"
+    assert len(world.llm_requests) == 2
+    world.logs([("user", "I moved to Lyon.", NOW)])
+    world.server.enqueue(CHAT_COMPLETIONS, *[no_choices()] * 9)
+    outcomes = [world.run("extractor", now=NOW + n * MINUTE) for n in range(1, 4)]
+
+    assert [o.status for o in outcomes] == ["failed", "failed", "failed"]
+    assert "no choices" in outcomes[-1].message
+    assert len(world.llm_requests) == 2 + 9  # every attempt of every run reached the server
+    assert "quarantined" not in world.health("extractor")
+    assert log_ids[-1] < world.records()[-1].stats["failed_batch"][0]
 
 
 def test_a_request_refused_for_its_length_counts_towards_quarantine(world: World) -> None:
