@@ -76,8 +76,10 @@ def _server_or_skip(workdir: Path) -> Iterator[ChromaServer]:
         server.stop()
 
 
-def start_chroma_server(workdir: Path) -> ChromaServer:
-    """Run ``chroma run`` with data and log under workdir; return once it answers."""
+def start_chroma_server(workdir: Path, *, graphs_kept: int | None = None) -> ChromaServer:
+    """Run ``chroma run`` with data and log under workdir; return once it answers. With
+    ``graphs_kept``, from a config file that keeps at most that many collection graphs open
+    (docs/operations.md, "How many namespaces a Chroma server holds")."""
     executable = chroma_executable()
     if executable is None:
         raise ChromaServerError("the chroma CLI was not found (PATH or next to the interpreter)")
@@ -87,6 +89,14 @@ def start_chroma_server(workdir: Path) -> ChromaServer:
         log_path = workdir / f"server-{attempt}.log"
         command = [executable, "run", "--host", "127.0.0.1", "--port", str(port)]
         command += ["--path", str(workdir / "data")]
+        if graphs_kept is not None:
+            config = workdir / f"config-{attempt}.yaml"
+            config.write_text(
+                f'persist_path: "{workdir / "data"}"\nlisten_address: "127.0.0.1"\n'
+                f"port: {port}\nsegment_manager:\n  hnsw_index_pool_cache_config:\n"
+                f"    memory:\n      capacity: {graphs_kept}\n"
+            )
+            command = [executable, "run", str(config)]
         with log_path.open("wb") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         server = ChromaServer(url=f"http://127.0.0.1:{port}", process=process)

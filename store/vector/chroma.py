@@ -7,6 +7,8 @@ does with collections.
 from __future__ import annotations
 
 from pathlib import Path
+from types import FunctionType
+from typing import Any
 from urllib.parse import urlsplit
 
 import chromadb
@@ -17,6 +19,7 @@ from chromadb.api.collection_configuration import (
     UpdateHNSWConfiguration,
 )
 from chromadb.api.models.Collection import Collection
+from chromadb.api.rust import RustBindingsAPI
 from chromadb.config import APIVersion, Settings
 from chromadb.errors import ChromaError
 from loguru import logger
@@ -86,6 +89,30 @@ def embedded_path(client: ClientAPI) -> Path | None:
     return Path(settings.persist_directory)
 
 
+# The collection graphs an embedded Chroma keeps in memory, about 2.6 MB each for a namespace
+# of a few dozen memories (more for larger ones); the others are read from disk when used (2-8
+# ms for a query, measured 2026-12-04). chromadb keeps (its open-file limit / 5) by default: 4,000
+# at a limit of 20,000, so a process serving thousands of namespaces grew by gigabytes.
+EMBEDDED_GRAPHS_KEPT = 256
+
+
+def _bounded_graphs(start: Any) -> Any:
+    """Wrap chromadb's embedded start so that it keeps at most EMBEDDED_GRAPHS_KEPT graphs:
+    chromadb 1.5 takes the number from the open-file limit and offers no setting for it."""
+
+    def bounded(self: Any) -> None:
+        kept = getattr(self, "hnsw_cache_size", None)
+        if isinstance(kept, int):
+            self.hnsw_cache_size = min(kept, EMBEDDED_GRAPHS_KEPT)
+        start(self)
+
+    return bounded
+
+
+if isinstance(getattr(RustBindingsAPI, "start", None), FunctionType):
+    RustBindingsAPI.start = _bounded_graphs(RustBindingsAPI.start)  # type: ignore[method-assign]
+
+
 def _persistent_client(path: Path, settings: Settings) -> ClientAPI:
     try:
         return chromadb.PersistentClient(path=path, settings=settings)
@@ -132,17 +159,19 @@ def _set_request_timeout(client: ClientAPI, timeout: float) -> None:
 
 # How often a collection's HNSW graph is written to disk: after every HNSW_SYNC log entries
 # (Chroma's default is 1,000, with 100 buffered before they enter the graph). Until then the
-# entries stay in Chroma's write-ahead log, which is one SQLite table for every collection;
-# each write, query and first read after a start reads the log from where its collection was
-# last written, and the log is only purged up to the collection written longest ago. With many
-# namespaces of a few hundred memories, which never reach 1,000, the log kept every vector ever
-# written: at 1,000 namespaces of 300 the server spent 182 ms of CPU on an upsert of 20 vectors,
-# 188 ms on a query of 20 and 199 ms on a first count. At 20: 11, 6.5 and 6 ms, the log holding
-# 1,000 entries. At 100 the same, but a namespace written fewer than 100 times a night would
-# keep its older entries, and everyone's since, for nights. A namespace of 100,000 pays for 20
-# in upserts of 20 (82 ms instead of 33); single upserts and queries cost the same or less
-# (bench/results/chroma_sync.md).
-HNSW_SYNC = 20
+# entries are only in Chroma's write-ahead log (one SQLite table for every collection) and in the
+# graph held in memory, and chromadb 1.5 loses them when it lets go of that graph: an embedded
+# Chroma keeps the graphs of (its open-file limit / 5) collections, a server as many as its
+# config says, and one read again from disk has none of the entries written since its last
+# save; a collection never saved fails every query ("Error creating hnsw segment reader:
+# Nothing found on disk"). Measured 2026-12-04 with 64 namespaces and 32 graphs kept, at 20:
+# after one round of use 215 of 320 vectors written since the last save were no longer found
+# and every namespace of fewer than 20 vectors failed; at 1 none. So a graph is saved at every
+# write: an upsert of 1, 20 or 256 vectors into a collection of 30,000 costs the same at 1 as
+# at 20 (7, 47-51 and 290-365 ms, embedded, busy cores), and the log keeps only what a
+# collection has not yet consumed (at 1,000 it kept every vector ever written, which every
+# write and query read again: bench/results/chroma_sync.md).
+HNSW_SYNC = 1
 HNSW_PERSISTENCE: UpdateHNSWConfiguration = {"sync_threshold": HNSW_SYNC, "batch_size": HNSW_SYNC}
 COLLECTION_CONFIGURATION: CreateCollectionConfiguration = {
     "hnsw": {"space": "cosine", "sync_threshold": HNSW_SYNC, "batch_size": HNSW_SYNC}

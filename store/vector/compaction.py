@@ -8,10 +8,10 @@ What an embedded Chroma (chromadb 1.5, its Rust core) keeps on disk, read from i
   which the index never writes. ``embeddings_queue`` is Chroma's write-ahead log: every write
   with its vector and its metadata as JSON, kept until every segment of the collection has
   consumed it (``max_seq_id``). The HNSW segment records that only when it saves itself, every
-  ``sync_threshold`` changes (``store.vector.chroma.HNSW_SYNC``, 20; Chroma's default is 1,000),
-  so up to that many entries of each collection stay, and the newest entry always (its seq_id
-  numbers the next). Deleted rows leave their bytes in
-  freed pages and in the free space of pages in use; the journal mode is DELETE (no ``-wal``).
+  ``sync_threshold`` changes (``store.vector.chroma.HNSW_SYNC``, 1: every write; Chroma's
+  default is 1,000), and the newest entry always stays (its seq_id numbers the next). Deleted
+  rows leave their bytes in freed pages and in the free space of pages in use; the journal
+  mode is DELETE (no ``-wal``).
 - one directory per HNSW segment: ``data_level0.bin`` (each vector's floats, label and links),
   ``link_lists.bin``, ``header.bin``, ``length.bin``, ``index_metadata.pickle`` (memory id <->
   label). No text is meant to be there, but the slots past the elements hold whatever the
