@@ -110,6 +110,9 @@ class UnitOfWork:
         # A change the lexical index cannot find as new ids (``_rewrites``): it compares itself
         # with SQL instead of extending itself.
         self._rewrote = False
+        # The namespace's state row once locked: it stays locked, and so unchanged by others,
+        # until the transaction ends, so finish() bumps its revision without reading it again.
+        self._state: NamespaceState | None = None
 
     # -- the record ------------------------------------------------------------------------------
 
@@ -182,6 +185,7 @@ class UnitOfWork:
             )
             self.session.add(state)
             self.session.flush()
+        self._state = state
         return state
 
     # -- rows ------------------------------------------------------------------------------------
@@ -381,7 +385,7 @@ class UnitOfWork:
             )
         self.session.add_all(operations)
         if operations or self._rewrote:
-            state = self.lock_namespace()
+            state = self._state if self._state is not None else self.lock_namespace()
             state.revision += 1
             state.rewritten += int(self._rewrote)
             state.updated_at = self.now
