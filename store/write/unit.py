@@ -107,6 +107,7 @@ class UnitOfWork:
         self._keep = False
         self._tracked: dict[tuple[str, int], _Tracked] = {}
         self._order: list[tuple[str, int]] = []
+        self._loaded: list[Memory] = []  # rows `load_memories` read ahead
         # A change the lexical index cannot find as new ids (``_rewrites``): it compares itself
         # with SQL instead of extending itself.
         self._rewrote = False
@@ -196,6 +197,14 @@ class UnitOfWork:
         if memory is None or memory.namespace != self.namespace:
             raise NotFound("memory", memory_id)
         return memory
+
+    def load_memories(self, memory_ids: Iterable[int]) -> None:
+        """Read these memory rows into the session in a query per chunk, so that `memory`
+        finds them there instead of reading them one at a time (a plan's relations name a
+        memory or two each); ids that are not there are left for `memory` to refuse."""
+        for ids in chunks(sorted(set(memory_ids))):
+            # Held here: the session's identity map keeps only rows referenced elsewhere.
+            self._loaded.extend(self.session.scalars(select(Memory).where(Memory.id.in_(ids))))
 
     def add(self, row: Row) -> None:
         """Insert a new row and register it (it gets its id)."""

@@ -38,7 +38,7 @@ from store.exports.lines import (
 )
 from store.exports.restoring import advance_ids, check_export, insert_memories, new_relations
 from store.models import ConversationLog, IndexOutbox, MaintenanceRecord, Memory
-from store.operations import UPDATABLE, CreateMemory, Operation, UpdateMemory
+from store.operations import UPDATABLE, CreateMemory, Operation, UpdateMemory, referenced_ids
 from store.schemas import LogIn, MemoryIn
 from store.write.apply import apply_operation, new_memory
 from store.write.record_info import RecordInfo, Settlement
@@ -156,6 +156,7 @@ class Writer:
                 note = {**settle.note, "applied_as": unit.record.id}
                 unit.settle(replace(settle, note=note))
                 unit.keep()  # the settled record points at this one
+            unit.load_memories(referenced_ids(operations))
             for op in operations:
                 apply_operation(unit, op, created)
             if job_state is not None:
