@@ -480,7 +480,7 @@ class _Run:
         return str(record.stats.get("stale", "a forget erased what it named"))
 
     def _save_health(self, health: Mapping[str, Any]) -> None:
-        self.store.db.writer.apply(self.namespace, self.job.name, (), now=self.now, health=health)
+        self.store.db.writer.save_health(self.namespace, self.job.name, health, now=self.now)
 
     def _end(self, status: Status, message: str) -> RunOutcome:
         """End a run that did nothing, remembering why."""

@@ -81,6 +81,28 @@ _NEAREST_AFTER = (
 )
 
 
+def lock_namespace(session: Session, namespace: str, now: datetime) -> NamespaceState:
+    """Lock (PostgreSQL: row lock) and return the namespace's state row, creating it."""
+    state = session.execute(
+        select(NamespaceState).where(NamespaceState.namespace == namespace).with_for_update()
+    ).scalar_one_or_none()
+    if state is None:
+        state = NamespaceState(namespace=namespace, revision=0, rewritten=0, updated_at=now)
+        session.add(state)
+        session.flush()
+    return state
+
+
+def job_row(session: Session, job: str, namespace: str, now: datetime) -> JobState:
+    """Return the job's state row of the namespace, created if missing, updated ``now``."""
+    row = session.get(JobState, (job, namespace))
+    if row is None:
+        row = JobState(job=job, namespace=namespace, state={}, health={})
+        session.add(row)
+    row.updated_at = now
+    return row
+
+
 @dataclass
 class _Tracked:
     kind: str  # "memory" | "relation" | "log"
@@ -159,12 +181,7 @@ class UnitOfWork:
         self._job_row(job).health = dict(health)
 
     def _job_row(self, job: str) -> JobState:
-        row = self.session.get(JobState, (job, self.namespace))
-        if row is None:
-            row = JobState(job=job, namespace=self.namespace, state={}, health={})
-            self.session.add(row)
-        row.updated_at = self.now
-        return row
+        return job_row(self.session, job, self.namespace, self.now)
 
     def job_state(self, job: str) -> dict[str, Any]:
         row = self.session.get(JobState, (job, self.namespace))
@@ -175,19 +192,8 @@ class UnitOfWork:
 
         Taken at the start of every unit: it serialises the writers of one namespace.
         """
-        state = self.session.execute(
-            select(NamespaceState)
-            .where(NamespaceState.namespace == self.namespace)
-            .with_for_update()
-        ).scalar_one_or_none()
-        if state is None:
-            state = NamespaceState(
-                namespace=self.namespace, revision=0, rewritten=0, updated_at=self.now
-            )
-            self.session.add(state)
-            self.session.flush()
-        self._state = state
-        return state
+        self._state = lock_namespace(self.session, self.namespace, self.now)
+        return self._state
 
     # -- rows ------------------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from store.schemas import LogIn, MemoryIn
 from store.write.apply import apply_operation, new_memory
 from store.write.record_info import RecordInfo, Settlement
 from store.write.stale import drop_overtaken, present
-from store.write.unit import UnitOfWork
+from store.write.unit import UnitOfWork, job_row, lock_namespace
 
 # A record that says nothing besides its operations (ingestion, restore, undo).
 PLAIN = RecordInfo()
@@ -168,6 +168,15 @@ class Writer:
             created=created,
             operations=unit.operations,
         )
+
+    def save_health(
+        self, namespace: str, job: str, health: Mapping[str, Any], *, now: datetime
+    ) -> None:
+        """Save how a job's runs went (see ``JobState.health``), under the namespace's lock, and
+        nothing else: no record, as ``apply`` with no operations would write and drop one."""
+        with transaction(self._write) as session:
+            lock_namespace(session, namespace, now)
+            job_row(session, job, namespace, now).health = dict(health)
 
     # -- ingestion and restore -------------------------------------------------------------------
 
