@@ -18,6 +18,8 @@ from secretary.jobs.context import LlmCalls
 from secretary.jobs.guardrails import (
     Filtered,
     ProtectionFacts,
+    cap_refusal,
+    count_changes,
     drop_protected,
     named_ids,
     overtaken,
@@ -128,6 +130,17 @@ def without_overtaken(db: Database, namespace: str, plan: Plan) -> Plan:
 def capped_operations(plan: Plan) -> list[Operation]:
     """The operations the change cap counts: all but the merges of exact duplicates."""
     return [op for c in plan.changes if not c.lossless for op in c.operations]
+
+
+def cap_refused(
+    db: Database, namespace: str, plan: Plan, guardrails: GuardrailSettings
+) -> str | None:
+    """Why the plan is over the per-run cap (``cap_refusal``), or None. The namespace's active
+    memories are counted only for a plan that changes more of them than the share's floor:
+    below it the share cannot refuse, and most plans (new memories, relations) change none."""
+    count = count_changes(capped_operations(plan))
+    over_floor = count.existing > guardrails.change_share_floor
+    return cap_refusal(count, db.memories.count(namespace) if over_floor else 0, guardrails)
 
 
 def run_stats(

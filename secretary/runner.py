@@ -33,7 +33,7 @@ from secretary.approval import plan_stats
 from secretary.config import Settings
 from secretary.jobs.base import BatchFailed, Job, Plan
 from secretary.jobs.context import JobContext, LlmCalls
-from secretary.jobs.guardrails import cap_refusal, count_changes, needs_approval
+from secretary.jobs.guardrails import needs_approval
 from secretary.jobs.registry import get_job
 from secretary.llm.budget import Budget, TokenLedger
 from secretary.llm.client import LlmClient
@@ -44,7 +44,7 @@ from secretary.outcomes import (
     Status,
     applied_words,
     cap_of,
-    capped_operations,
+    cap_refused,
     current_refusal,
     guarded,
     make_outcome,
@@ -257,9 +257,7 @@ class _Run:
             dropped=[plan.changes[i].label for i in filtered.dropped],
             protected_hit=filtered.protected_hit,
         )
-        refusal = cap_refusal(
-            count_changes(capped_operations(kept)), db.memories.count(namespace), guardrails
-        )
+        refusal = cap_refused(db, namespace, kept, guardrails)
         if refusal is not None:
             logger.warning("{} on {}: plan refused: {}", name, namespace, refusal)
             stats |= {
