@@ -116,10 +116,10 @@ class Writer:
                 stats=dict(info.stats),
                 prompts=[],
             )
+            unit = UnitOfWork(session, record, now=now, restoring=restoring)
+            unit.describe(info)  # before the INSERT, which then writes it (no UPDATE after)
             session.add(record)
             session.flush()
-            unit = UnitOfWork(session, record, now=now, restoring=restoring)
-            unit.describe(info)
             unit.lock_namespace()
             yield unit
             unit.finish()
