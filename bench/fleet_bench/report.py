@@ -78,6 +78,16 @@ NOTES = [
     "and the daemon's worker drains it behind the night (lexical search finds them meanwhile). "
     "Its bookkeeping was the cheap form of 54a6184 (progress counted in SQL, outcomes stored "
     "ten times less often than they take).",
+    "Every night above ran with collections saving their graph every 20 changes. On "
+    "2026-12-04 (d8da0f5) that was found to lose vectors once Chroma lets go of a graph (a "
+    "server past its config's capacity, an embedded one past a fifth of its open-file limit): "
+    "read again from disk, a graph lacks what was written since its last save, and a "
+    "namespace of fewer than 20 vectors fails every query. The nights up to 1,000 namespaces "
+    "stayed under the capacity (4,000); in n10000-d1-l1 the graphs of some 6,000 namespaces "
+    "were let go during the night, and a search there afterwards would have missed up to 19 "
+    "of its newest vectors (what the night checks, units and extraction, does not search). "
+    "Collections now save at every write (the upsert's cost measured the same at 30,000 "
+    "vectors); the nights were not run again.",
 ]
 
 
