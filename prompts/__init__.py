@@ -78,6 +78,11 @@ class ReplyModel(BaseModel):
         """Repair, in place, what a rule protecting nothing would refuse; return notes."""
         return []
 
+    def referenced_ids(self) -> set[int]:
+        """Every id (of a memory, a trait, a log line) the reply names, to compare with the
+        ids its prompt showed; none by default."""
+        return set()
+
     @classmethod
     def salvage(cls: type[R], text: str) -> Salvage[R]:
         """Parse a reply's JSON text item by item (see the module docstring)."""

@@ -27,13 +27,12 @@ from secretary.jobs.base import (
     Plan,
     chunks,
     is_trait,
-    listed_once,
-    oldest_first,
     pack,
 )
 from secretary.jobs.clustering import Pair, capped_groups
 from secretary.jobs.context import JobContext
 from secretary.jobs.neighbours import neighbours
+from secretary.jobs.prompt_data import listed_once, oldest_first
 from store.changes import plural
 from store.kinds import MemoryStatus, MemoryType
 from store.operations import CarryRecalls, InheritRelations, Operation, SetStatus, UpdateMemory
@@ -381,6 +380,9 @@ class Auditor(MemoryJob[Audit, Batch, AuditorReply]):
             Call(about=batch, ids=tuple(i for g in batch for i in new_in(g)))
             for batch in pack(groups, ctx.jobs.batch_size, new_in)
         ]
+
+    def shown(self, work: Audit, call: Call[Batch]) -> set[int]:
+        return {m.id for group in call.about for m in group}
 
     def prompt(self, ctx: JobContext, work: Audit, call: Call[Batch]) -> RenderedPrompt:
         memories = oldest_first(listed_once(call.about))

@@ -8,8 +8,9 @@ A job never writes: the runner (``secretary.runner``) hands the plan it kept to
 Most jobs plan the same way, written once in ``WatermarkJob.plan``: read what is new past the
 job's watermarks; plan the part that needs no model (exact duplicates, associative edges);
 then, if a model is configured, group the rest into calls, ask about each, turn the replies
-into changes (ids the reply names that were not sent are dropped and counted) and move the
-LLM part's watermark over every call that was answered. A job supplies only its own steps.
+into changes (ids the reply names that were not sent are dropped and counted; a reply naming
+none that were is sent back for repair) and move the LLM part's watermark over every call that
+was answered. A job supplies only its own steps.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from itertools import pairwise
 from typing import Any, ClassVar, Generic, TypeVar
@@ -264,7 +264,7 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
         for call in calls:
             try:
                 prompt = self.prompt(ctx, work, call)
-                reply = ctx.llm.ask(prompt, self.reply_schema, partial(self.unusable, call))
+                reply = ctx.llm.ask(prompt, self.reply_schema, partial(self.unusable, work, call))
             except BudgetExhausted as exc:
                 logger.warning("{}: stopping after {} call(s): {}", self.name, len(answered), exc)
                 draft.stopped = f"budget exhausted: {exc}"
@@ -326,11 +326,24 @@ class WatermarkJob(Job, Generic[T, W, G, R]):
     @abstractmethod
     def prompt(self, ctx: JobContext, work: W, call: Call[G]) -> RenderedPrompt: ...
 
-    def unusable(self, call: Call[G], reply: Any) -> str | None:
+    def shown(self, work: W, call: Call[G]) -> set[int]:
+        """The ids the call's prompt shows (a reply may name them): the new items, and any
+        context a job's prompt shows too (neighbours, current traits)."""
+        return set(call.ids)
+
+    def unusable(self, work: W, call: Call[G], reply: R) -> str | None:
         """Why a valid reply cannot be used at all, by a rule its schema cannot express (it is
-        sent back once for repair, saying so); None if it can. By default every valid reply can:
-        items naming what was not sent are dropped one by one in ``collect``."""
-        return None
+        sent back once for repair, saying so); None if it can. One naming only ids that were
+        not shown (a model numbering the memories 1, 2, 3) would have every item dropped and
+        its items passed by as judged; one naming some loses the others in ``collect``."""
+        named = reply.referenced_ids()
+        shown = self.shown(work, call)
+        if not named or named & shown:
+            return None
+        return (
+            f"it names only ids that were not sent ({listed(sorted(named))}): every id must be "
+            f"one of those given, {listed(sorted(shown))}"
+        )
 
     @abstractmethod
     def collect(
@@ -418,6 +431,13 @@ def dropped_note(job: str, dropped: Iterable[int]) -> list[int]:
     return ids
 
 
+def listed(ids: Sequence[int], shown: int = 12) -> str:
+    """Ids for a repair message: all of a few, else the first ones and how many more."""
+    if len(ids) <= shown:
+        return ", ".join(map(str, ids)) or "none"
+    return ", ".join(map(str, ids[:shown])) + f" and {len(ids) - shown} more"
+
+
 def split_ids(referenced: Iterable[int], allowed: Iterable[int]) -> tuple[set[int], set[int]]:
     """Given ids from an LLM reply and the ids that were sent, return (known, unknown)."""
     wanted = set(referenced)
@@ -438,48 +458,3 @@ def tidy_tags(tags: Iterable[str], limit: int = 5) -> tuple[str, ...]:
 def is_trait(memory: MemoryView) -> bool:
     """A trait is the soul mapper's: a preference whose metadata says ``trait: true``."""
     return memory.metadata.get("trait") is True
-
-
-def prompt_time(moment: datetime) -> str:
-    """A time as the prompts show it: UTC, to the minute ("2026-03-01 12:00")."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-
-
-def prompt_day(moment: datetime) -> str:
-    """A day as the prompts show it: UTC ("2026-03-01")."""
-    return prompt_time(moment)[:10]
-
-
-def oldest_first(
-    memories: Iterable[MemoryView], *, with_type: bool = True, days: bool = False
-) -> list[dict[str, Any]]:
-    """The memories as data for a prompt (only ever placed inside a data block), oldest first.
-
-    Each has only what the prompts judge by: its id, type (unless ``with_type`` is false), time
-    (or day, if ``days``) and content; when it was recorded and its importance are left out, no
-    prompt uses them. A time is left out when it is the same as the memory before's, as the
-    prompts say: memories from one conversation share it, and it costs a dozen tokens.
-    """
-    key, show = ("day", prompt_day) if days else ("time", prompt_time)
-    shown: list[dict[str, Any]] = []
-    before = None
-    for memory in sorted(memories, key=lambda m: (m.event_time, m.id)):
-        data: dict[str, Any] = {"id": memory.id}
-        if with_type:
-            data["type"] = memory.type
-        when = show(memory.event_time)
-        if when != before:
-            data[key] = when
-        data["content"] = memory.content
-        shown.append(data)
-        before = when
-    return shown
-
-
-def listed_once(groups: Iterable[Iterable[MemoryView]]) -> list[MemoryView]:
-    """The memories of ``groups``, each once, in the order they first appear."""
-    seen: dict[int, MemoryView] = {}
-    for group in groups:
-        for memory in group:
-            seen.setdefault(memory.id, memory)
-    return list(seen.values())

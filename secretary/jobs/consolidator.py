@@ -19,18 +19,10 @@ from typing import Any
 
 from prompts.consolidator_schema import ConsolidatorReply
 from prompts.render import RenderedPrompt, render
-from secretary.jobs.base import (
-    Call,
-    Change,
-    Draft,
-    MemoryJob,
-    is_trait,
-    oldest_first,
-    split_ids,
-    tidy_tags,
-)
+from secretary.jobs.base import Call, Change, Draft, MemoryJob, is_trait, split_ids, tidy_tags
 from secretary.jobs.clustering import Fragment, cluster_fragments
 from secretary.jobs.context import JobContext
+from secretary.jobs.prompt_data import oldest_first
 from store.kinds import MemoryStatus, MemoryType, RelationType
 from store.operations import CreateMemory, CreateRelation, InheritRelations, SetStatus
 from store.views import MemoryView
@@ -123,6 +115,9 @@ class Consolidator(MemoryJob[Episodes, Cluster, ConsolidatorReply]):
             Call(about=cluster, ids=tuple(i for i in cluster if i in work.settled))
             for cluster in work.clusters
         ]
+
+    def shown(self, work: Episodes, call: Call[Cluster]) -> set[int]:
+        return set(call.about)
 
     def prompt(self, ctx: JobContext, work: Episodes, call: Call[Cluster]) -> RenderedPrompt:
         # Every fragment is an event: its type would tell the model nothing.

@@ -19,11 +19,12 @@ from secretary.jobs.base import (
     Draft,
     WatermarkJob,
     chunks,
-    prompt_time,
+    listed,
     split_ids,
     tidy_tags,
 )
 from secretary.jobs.context import JobContext
+from secretary.jobs.prompt_data import prompt_time
 from store.operations import CreateMemory
 from store.text import content_hash
 from store.views import LogView
@@ -138,7 +139,7 @@ class Extractor(WatermarkJob[LogView, Extracted, Lines, ExtractorReply]):
     def prompt(self, ctx: JobContext, work: Extracted, call: Call[Lines]) -> RenderedPrompt:
         return render(self.prompt_id, today=ctx.now.date(), lines=lines_for_prompt(call.about))
 
-    def unusable(self, call: Call[Lines], reply: ExtractorReply) -> str | None:
+    def unusable(self, work: Extracted, call: Call[Lines], reply: ExtractorReply) -> str | None:
         # Memories none of which cites a line that was sent (a model numbering the lines 1, 2,
         # 3... instead of by their ids, say) would be dropped to the last one and the lines
         # passed by as if they held nothing: such a reply is sent back for repair, and failing
@@ -149,8 +150,8 @@ class Extractor(WatermarkJob[LogView, Extracted, Lines, ExtractorReply]):
         cited = sorted({i for m in reply.memories for i in m.source_log_ids})
         return (
             f"none of the {len(reply.memories)} memories cites a line that was sent (they cite "
-            f"{_listed(cited)}): source_log_ids must be the ids of the lines given, "
-            f"{_listed(sorted(sent))}"
+            f"{listed(cited)}): source_log_ids must be the ids of the lines given, "
+            f"{listed(sorted(sent))}"
         )
 
     def collect(
@@ -199,10 +200,3 @@ class Extractor(WatermarkJob[LogView, Extracted, Lines, ExtractorReply]):
             already_present=len(creates) - len(fresh),
             uncited_memories=work.uncited,
         )
-
-
-def _listed(ids: Sequence[int], shown: int = 12) -> str:
-    """Ids for a repair message: all of a few, else the first ones and how many more."""
-    if len(ids) <= shown:
-        return ", ".join(map(str, ids)) or "none"
-    return ", ".join(map(str, ids[:shown])) + f" and {len(ids) - shown} more"

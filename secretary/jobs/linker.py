@@ -14,20 +14,11 @@ from typing import Any
 
 from prompts.linker_schema import LinkerReply
 from prompts.render import RenderedPrompt, render
-from secretary.jobs.base import (
-    LLM_NOT_CONFIGURED,
-    Call,
-    Change,
-    Draft,
-    MemoryJob,
-    listed_once,
-    oldest_first,
-    pack,
-    split_ids,
-)
+from secretary.jobs.base import LLM_NOT_CONFIGURED, Call, Change, Draft, MemoryJob, pack, split_ids
 from secretary.jobs.clustering import Pair
 from secretary.jobs.context import JobContext
 from secretary.jobs.neighbours import neighbours
+from secretary.jobs.prompt_data import listed_once, oldest_first
 from store.kinds import RelationType
 from store.operations import CreateRelation
 from store.views import MemoryView
@@ -213,6 +204,9 @@ class Linker(MemoryJob[Neighbourhood, Batch, LinkerReply]):
             # folded into it, whose questions it holds).
             for batch in pack(groups, ctx.jobs.batch_size, lambda g: g.seeds[:1])
         ]
+
+    def shown(self, work: Neighbourhood, call: Call[Batch]) -> set[int]:
+        return set().union(*(g.ids for g in call.about))
 
     def prompt(self, ctx: JobContext, work: Neighbourhood, call: Call[Batch]) -> RenderedPrompt:
         # Groups share neighbours: each memory is listed once, and a group is its ids, the new

@@ -13,17 +13,9 @@ from typing import Any
 
 from prompts.render import RenderedPrompt, render
 from prompts.soul_mapper_schema import ProposedTrait, SoulMapperReply
-from secretary.jobs.base import (
-    Call,
-    Change,
-    Draft,
-    MemoryJob,
-    chunks,
-    is_trait,
-    oldest_first,
-    prompt_day,
-)
+from secretary.jobs.base import Call, Change, Draft, MemoryJob, chunks, is_trait
 from secretary.jobs.context import JobContext
+from secretary.jobs.prompt_data import oldest_first, prompt_day
 from store.kinds import MemoryStatus, MemoryType, RelationType
 from store.operations import CreateMemory, CreateRelation, InheritRelations, Operation, SetStatus
 from store.text import content_hash
@@ -187,6 +179,9 @@ class SoulMapper(MemoryJob[TraitWork, Batch, SoulMapperReply]):
             Call(about=batch, ids=tuple(m.id for m in batch))
             for batch in chunks(fresh, ctx.jobs.batch_size)
         ]
+
+    def shown(self, work: TraitWork, call: Call[Batch]) -> set[int]:
+        return {m.id for m in call.about} | set(work.traits.traits)
 
     def prompt(self, ctx: JobContext, work: TraitWork, call: Call[Batch]) -> RenderedPrompt:
         # A lasting trait does not hang on the hour: the day of each memory is enough.

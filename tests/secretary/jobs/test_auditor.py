@@ -177,6 +177,22 @@ def test_auditor_reply_dropping_every_verdict_says_so_not_nothing_to_do(world: W
     assert sum(dropped_total(record.stats) for record in world.records()) == 4
 
 
+def test_auditor_reply_naming_only_ids_it_was_not_sent_is_repaired(world: World) -> None:
+    """A model numbering the memories 1, 2 instead of by their ids would have every verdict
+    dropped and the memories passed by as judged: the reply is sent back instead."""
+    old, new = paris_and_lyon(world)
+    counted = {"verdicts": [verdict(old + 100, "supersede", superseded_by=new + 100)]}
+    world.reply(counted, {"verdicts": [verdict(old, "supersede", superseded_by=new)]})
+
+    outcome = world.run("auditor")
+
+    assert outcome.status == "applied"
+    assert world.memory(old).status == "superseded"
+    repair = world.llm_requests[-1]["messages"][-1]["content"]
+    assert f"it names only ids that were not sent ({old + 100}, {new + 100})" in repair
+    assert f"one of those given, {old}, {new}" in repair
+
+
 def test_auditor_supersede_by_an_older_memory_is_dropped(world: World) -> None:
     """The prompt asks for the newer memory that replaces a stale one: a reply the other way
     round would retire the up-to-date fact for the stale one."""

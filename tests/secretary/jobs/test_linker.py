@@ -87,6 +87,35 @@ def test_linker_typed_relations_from_llm_within_the_group(world: World) -> None:
     assert len(world.llm_requests) == 1
 
 
+def test_linker_reply_naming_only_unsent_ids_after_its_repair_fails_and_they_wait(
+    world: World,
+) -> None:
+    world.configure(jobs={"linker_threshold": 0.6})
+    up, down, _ = hiking(world)
+    counted = {
+        "relations": [
+            {
+                "source_id": 1000 + up,
+                "target_id": 1000 + down,
+                "type": "causal",
+                "strength": 0.8,
+                "description": "Going up came before going down.",
+            }
+        ]
+    }
+    world.reply(counted, counted)
+
+    failed = world.run("linker")
+
+    assert failed.status == "failed"
+    assert "names only ids that were not sent" in failed.message
+    assert world.edges(up) == {(up, down, "associative")}  # the part needing no model
+    world.reply({"relations": [{**counted["relations"][0], "source_id": up, "target_id": down}]})
+    again = world.run("linker", now=NOW + HOUR)  # the group is asked about again
+    assert again.status == "applied"
+    assert world.edges(up) == {(up, down, "associative"), (up, down, "causal")}
+
+
 def test_associative_edges_keep_the_strongest_per_memory_and_skip_existing() -> None:
     edges = [(1, 2, 0.9), (1, 3, 0.8), (1, 4, 0.7), (2, 5, 0.95)]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from secretary.jobs.base import chunks, listed_once, oldest_first, pack, prompt_day, prompt_time
+from secretary.jobs.base import chunks, pack
 from secretary.jobs.extractor import lines_for_prompt
 from secretary.jobs.linker import typed_groups
+from secretary.jobs.prompt_data import listed_once, oldest_first, prompt_day, prompt_time
 from store.views import LogView, MemoryView
 
 T = datetime(2026, 3, 1, 9, 30, 15, tzinfo=UTC)

@@ -81,6 +81,26 @@ def test_soul_mapper_updated_trait_supersedes_previous_version(world: World) -> 
     assert "runs now and then" in sent.split("<traits>")[1].split("</traits>")[0]
 
 
+def test_soul_mapper_reply_naming_a_shown_trait_and_unsent_evidence_is_used(
+    world: World,
+) -> None:
+    """The traits a prompt shows are ids it sent: a reply revising one is no reply that names
+    only what was never sent, even with invented evidence (dropped one by one)."""
+    (old,) = world.memories(
+        content="The user runs now and then.",
+        type="preference",
+        metadata={"trait": True, "confidence": 0.4},
+        timestamp=NOW - 30 * DAY,
+    )
+    runs(world)
+    world.reply({"traits": [trait("The user trains for races.", [9090], updates=old)]})
+
+    outcome = world.run("soul_mapper")
+
+    assert len(world.llm_requests) == 1  # not sent back for repair
+    assert outcome.stats["dropped_ids"] == [9090]
+
+
 def test_soul_mapper_unknown_trait_to_update_is_dropped(world: World) -> None:
     first, _ = runs(world)
     world.reply({"traits": [trait("The user is a runner.", [first], updates=first)]})
