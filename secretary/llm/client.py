@@ -19,6 +19,8 @@ lost connection may have been processed, and no reply came). A transient failure
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -86,10 +88,17 @@ def response_format_for(schema: type[BaseModel]) -> dict[str, Any]:
         "type": "json_schema",
         "json_schema": {
             "name": schema.__name__,
-            "schema": schema.model_json_schema(),
+            # A copy: what a request is sent with is its own, whatever the sending does to it.
+            "schema": copy.deepcopy(_json_schema(schema)),
             "strict": True,
         },
     }
+
+
+@functools.cache
+def _json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    # Built once per schema: pydantic takes about a millisecond for it, every call.
+    return schema.model_json_schema()
 
 
 class LlmClient:
@@ -370,6 +379,12 @@ def _content_of(response: Any) -> str:
 
 def _cost_of(litellm: Any, response: Any, model: str) -> float | None:
     """The call's price in USD, or None if litellm knows no price for the model."""
+    # litellm prices every response it returns (None when it knows no price): read that,
+    # rather than price it a second time (and raise and log for an unpriced model each call).
+    hidden = getattr(response, "_hidden_params", None)
+    if isinstance(hidden, dict) and "response_cost" in hidden:
+        known = hidden["response_cost"]
+        return float(known) if isinstance(known, int | float) else None
     try:
         cost = litellm.completion_cost(completion_response=response, model=model)
     except (litellm.exceptions.ModelNotMappedError, ValueError, KeyError) as exc:

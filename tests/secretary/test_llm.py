@@ -19,6 +19,7 @@ from prompts.render import RenderedPrompt, render
 from secretary.llm.budget import Budget, TokenLedger
 from secretary.llm.client import LlmClient, response_format_for
 from secretary.llm.errors import BudgetExhausted, LlmCallFailed, LlmInvalidReply, LlmNotConfigured
+from secretary.llm.provider import import_litellm
 from secretary.llm.settings import LlmSettings
 from secretary.llm.usage import LlmUsage
 from store.clock import utc_now
@@ -120,8 +121,9 @@ def test_complete_known_model_counts_cost(server: ScriptedOpenAIServer) -> None:
         prompt(), ConsolidatorReply
     )
 
-    assert reply.usage.cost is not None
-    assert reply.usage.cost > 0
+    price = import_litellm().model_cost["gpt-4o-mini"]
+    expected = 1000 * price["input_cost_per_token"] + 100 * price["output_cost_per_token"]
+    assert reply.usage.cost == pytest.approx(expected)
 
 
 def test_complete_request_carries_schema_as_response_format(server: ScriptedOpenAIServer) -> None:
