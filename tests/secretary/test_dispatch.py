@@ -406,17 +406,27 @@ def test_dream_a_run_that_escapes_is_a_failed_outcome(
 # -- several daemons ------------------------------------------------------------------------------
 
 
+def running(calls: BlockingCalls, count: int) -> None:
+    """Wait until ``count`` runs are under way at once."""
+    deadline = time.monotonic() + WAIT
+    while calls.at_once < count:
+        assert time.monotonic() < deadline, f"{calls.at_once} runs under way, not {count}"
+        time.sleep(0.01)
+
+
 def test_two_daemons_fire_once_and_run_every_unit_exactly_once(
     db: Database, dispatchers: list[Dispatcher]
 ) -> None:
     names = [f"user-{i:02}" for i in range(24)]
     calls = BlockingCalls(names)  # one set of jobs: a run on any daemon is counted here
-    calls.release_all(["linker"])
     first = make(db, dispatchers, calls, holder="daemon-a", concurrency=3)
     second = make(db, dispatchers, calls, holder="daemon-b", concurrency=3)
     at = datetime(2026, 3, 4, 2, 0, 7, tzinfo=UTC)  # both fire at 02:00, seconds apart
     threads = [in_thread(lambda: first.fire("linker", at=at))]
+    running(calls, 3)  # the first daemon holds three units, which wait...
     threads.append(in_thread(lambda: second.fire("linker", at=at + timedelta(seconds=40))))
+    running(calls, 6)  # ...until the second holds three more: however loaded the machine
+    calls.release_all(["linker"])
     for thread in threads:
         thread.join(WAIT * 3)
         assert not thread.is_alive()
