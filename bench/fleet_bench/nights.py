@@ -41,6 +41,9 @@ def full(lines: tuple[int, int], seed: int = 0) -> list[Night]:
         Night(name="n1000-d3-l1", sizes=sizes(1000), daemons=3, **base),
         Night(name="n1000-d3-l1-kill", sizes=sizes(1000), daemons=3, kill_at=0.5, **base),
         Night(name="n1000-d1-l5", sizes=sizes(1000), latency=5.0, timeout=7200, **base),
+        # The size with a model that, not two cores, bounds one daemon's night.
+        Night(name="n1000-d2-l5", sizes=sizes(1000), daemons=2, latency=5.0, **base),
+        Night(name="n1000-d3-l5", sizes=sizes(1000), daemons=3, latency=5.0, **base),
         Night(
             name="n1000-d3-l1-rpm600",
             sizes=sizes(1000),

@@ -78,7 +78,8 @@ NOTES = [
     "and the daemon's worker drains it behind the night (lexical search finds them meanwhile). "
     "Its bookkeeping was the cheap form of 54a6184 (progress counted in SQL, outcomes stored "
     "ten times less often than they take).",
-    "Every night above ran with collections saving their graph every 20 changes. On "
+    "Every night above but those run on 2026-12-04 ran with collections saving their graph "
+    "every 20 changes. On "
     "2026-12-04 (d8da0f5) that was found to lose vectors once Chroma lets go of a graph (a "
     "server past its config's capacity, an embedded one past a fifth of its open-file limit): "
     "read again from disk, a graph lacks what was written since its last save, and a "
@@ -87,7 +88,11 @@ NOTES = [
     "were let go during the night, and a search there afterwards would have missed up to 19 "
     "of its newest vectors (what the night checks, units and extraction, does not search). "
     "Collections now save at every write (the upsert's cost measured the same at 30,000 "
-    "vectors); the nights were not run again.",
+    "vectors). n1000-d1-l1 was run again with it (2026-12-04, 163aa97): 629.5 s against "
+    "521 s, the Chroma server's CPU 53 s against 65, so saving at every write costs the night "
+    "nothing there; the daemon's 806 CPU-seconds against 664 (0.81 s a namespace against "
+    "0.66 at 9c12579) are what made it slower, with a test run and two helpers' work on the "
+    "same two cores for part of the night (load average 2.5 when it began).",
 ]
 
 
