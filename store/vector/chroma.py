@@ -25,6 +25,7 @@ from chromadb.errors import ChromaError
 from loguru import logger
 
 from store.errors import StoreError
+from store.vector.allocator import map_large_blocks
 
 
 class VectorIndexError(StoreError):
@@ -89,11 +90,15 @@ def embedded_path(client: ClientAPI) -> Path | None:
     return Path(settings.persist_directory)
 
 
-# The collection graphs an embedded Chroma keeps in memory, about 2.6 MB each for a namespace
-# of a few dozen memories (more for larger ones); the others are read from disk when used (2-8
-# ms more for a query, measured 2026-12-04). chromadb keeps (its open-file limit / 5) by
-# default: 4,000 at a limit of 20,000, so a process serving thousands of namespaces grew by
-# gigabytes (bare Chroma, 400 collections of 40 vectors: 1,165 MB of RSS; 332 MB keeping 32).
+# The collection graphs an embedded Chroma keeps in memory, about 2.8 MB each for a namespace
+# of a few dozen memories (2.6 MB of it hnswlib's lock table, whatever the size); the others are
+# read from disk when used (2-8 ms more for a query, measured 2026-12-04). chromadb keeps (its
+# open-file limit / 5) by default: 4,000 at a limit of 20,000, so a process serving thousands of
+# namespaces grew by gigabytes (bare Chroma, 400 collections of 40 vectors: 1,165 MB of RSS).
+# chromadb 1.5 splits this number over 64 shards, a graph going to the one its segment id hashes
+# to, each keeping number // 64 graphs but at least the last one used: so any number below 128
+# keeps up to 64, and after n namespaces about 64 * (1 - (63/64) ** n) of them (40 at 64, 50 at
+# 100, 61 at 200, 64 from about 400): a process's memory grows until then, and is flat after.
 EMBEDDED_GRAPHS_KEPT = 64
 
 
@@ -115,6 +120,7 @@ if isinstance(getattr(RustBindingsAPI, "start", None), FunctionType):
 
 
 def _persistent_client(path: Path, settings: Settings) -> ClientAPI:
+    map_large_blocks()  # the graphs it lets go of return their memory (store.vector.allocator)
     try:
         return chromadb.PersistentClient(path=path, settings=settings)
     except ChromaError as exc:  # e.g. the path is a file or not writable
