@@ -60,9 +60,8 @@ from loguru import logger
 
 import store.search.searcher as searcher_module
 from store.requests import SearchRequest
-from store.search.query_shape import QueryShape, Reading, focus_of, query_terms, turns_of, weigh
-from store.search.scoring import mix_scores, parse_periods
-from store.search.searcher import SESSION_CANDIDATES, Evidence, Seen, query_shape, rank, supports
+from store.search.query_shape import QueryShape, Reading, focus_of, turns_of, weigh
+from store.search.searcher import Evidence, query_shape, rank
 from store.settings import RetrievalSettings
 
 LOCOMO_SETS = ("chat", "telling", "telling-long", "events", "turns")
@@ -137,39 +136,7 @@ def evidence(
 ) -> Evidence:
     """`Materials.evidence` with the variant's turn readings."""
     shape = with_turns(weigh(query_shape(text, settings), materials.embed), variant)
-    ns, n_lexical = conv.namespace, settings.lexical_candidates
-    seen = []
-    for reading in shape.readings:
-        lexical = [
-            (materials.lexical(ns, part, n_lexical, settings.lexical_context), w)
-            for part, w in reading.lexical
-        ]
-        sessions = [(materials.sessions(ns, part), w) for part, w in reading.lexical]
-        seen.append(
-            Seen(
-                lexical=mix_scores(lexical, n_lexical),
-                sessions=mix_scores(sessions, SESSION_CANDIDATES),
-                hits=materials.dense(ns, reading.dense, settings.dense_candidates),
-                weight=reading.weight,
-            )
-        )
-    terms = query_terms(shape)
-    view = materials.store.searcher.lexical_view(ns)
-    idf = view.idf(frozenset().union(*terms))
-    found = supports(view, [s.lexical for s in seen], terms, idf, settings)
-    main, *also = [replace(s, support=f) for s, f in zip(seen, found, strict=True)]
-    return Evidence(
-        lexical=main.lexical,
-        sessions=main.sessions,
-        hits=main.hits,
-        weight=main.weight,
-        support=main.support,
-        periods=parse_periods(shape.focus, conv.now),
-        also=tuple(also),
-        terms=terms,
-        echoes=shape.echoes,
-        idf=idf,
-    )
+    return materials.evidence_of(conv, shape, settings)
 
 
 @dataclass

@@ -200,7 +200,12 @@ class Materials:
 
     def evidence(self, conv: Conversation, text: str, settings: RetrievalSettings) -> Evidence:
         """The evidence ``Searcher.evidence`` gathers for ``text`` under ``settings``."""
-        shape = weigh(query_shape(text, settings), self.embed)
+        return self.evidence_of(conv, weigh(query_shape(text, settings), self.embed), settings)
+
+    def evidence_of(
+        self, conv: Conversation, shape: QueryShape, settings: RetrievalSettings
+    ) -> Evidence:
+        """The evidence for a query already read (and weighed) as ``shape``."""
         ns = conv.namespace
         n_lexical = settings.lexical_candidates
         seen = [
